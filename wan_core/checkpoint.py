@@ -1,0 +1,426 @@
+"""Safe, lazy checkpoint reading: safetensors, ``.pth`` (weights_only), diffusers/transformers folders.
+
+Implements wan_spec.md section 5: prefix stripping, fp8 / "scaled fp8" dequantisation, and errors that name
+the file and the problem. Model-specific key maps live beside each model (``dit/keys.py``, ``vae/keys.py``,
+``text/keys.py``); this module knows nothing about layer names except how to recognise foreign files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+
+FP8_DTYPES = tuple(
+    d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) if d is not None
+)
+
+# Tensors that only describe quantisation; never model parameters.
+_QUANT_SUFFIXES = (".scale_weight", ".weight_scale", ".scale_input", ".input_scale", ".comfy_quant")
+_QUANT_MARKERS = ("scaled_fp8",)
+
+SAFETENSORS_EXTS = (".safetensors", ".sft")
+PICKLE_EXTS = (".pth", ".pt", ".ckpt", ".bin")
+
+Source = Union[str, os.PathLike, Mapping[str, torch.Tensor]]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint could not be used; the message names the file and what is wrong with it."""
+
+
+class LazyStateDict(Mapping):
+    """Read-only ``name -> tensor`` mapping that reads a tensor only when it is accessed.
+
+    ``shape(k)`` and ``dtype(k)`` answer from the file header without reading data, so format and size
+    detection never loads a multi-GB file.
+    """
+
+    def __init__(self, source: str, names: dict[str, tuple[Any, str]], metadata: dict | None = None):
+        # names: public name -> (reader, name inside the reader)
+        self.source = source
+        self._names = names
+        self.metadata = dict(metadata or {})
+
+    # Mapping protocol
+    def __getitem__(self, key: str) -> torch.Tensor:
+        try:
+            reader, inner = self._names[key]
+        except KeyError:
+            raise KeyError(f"{key!r} not in {self.source}") from None
+        return reader.get(inner)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._names
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        reader, inner = self._names[key]
+        return reader.shape(inner)
+
+    def dtype(self, key: str) -> torch.dtype:
+        reader, inner = self._names[key]
+        return reader.dtype(inner)
+
+    def rename(self, fn: Callable[[str], str | None]) -> "LazyStateDict":
+        """A view with every key passed through ``fn``; keys mapped to None are dropped."""
+        names: dict[str, tuple[Any, str]] = {}
+        for k, v in self._names.items():
+            new = fn(k)
+            if new is None:
+                continue
+            if new in names:
+                raise CheckpointError(f"{self.source}: two tensors map to the same name {new!r}")
+            names[new] = v
+        return LazyStateDict(self.source, names, self.metadata)
+
+    def subset(self, keys) -> "LazyStateDict":
+        return LazyStateDict(self.source, {k: self._names[k] for k in keys}, self.metadata)
+
+
+class _SafetensorsReader:
+    def __init__(self, path: str):
+        from safetensors import safe_open
+
+        self.path = path
+        try:
+            self._f = safe_open(path, framework="pt", device="cpu")
+        except Exception as e:  # SafetensorError has no stable import path across versions
+            raise CheckpointError(_describe_read_failure(path, e)) from e
+        self.metadata = self._f.metadata() or {}
+
+    def keys(self):
+        return list(self._f.keys())
+
+    def get(self, name: str) -> torch.Tensor:
+        try:
+            return self._f.get_tensor(name)
+        except Exception as e:
+            raise CheckpointError(f"{self.path}: cannot read tensor {name!r} ({e}); the file may be truncated") from e
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._f.get_slice(name).get_shape())
+
+    def dtype(self, name: str) -> torch.dtype:
+        return _safetensors_dtype(self._f.get_slice(name).get_dtype(), self.path, name)
+
+
+class _DictReader:
+    def __init__(self, tensors: Mapping[str, torch.Tensor]):
+        self._t = tensors
+
+    def keys(self):
+        return list(self._t.keys())
+
+    def get(self, name: str) -> torch.Tensor:
+        return self._t[name]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._t[name].shape)
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._t[name].dtype
+
+
+_ST_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": getattr(torch, "float8_e4m3fn", None), "F8_E5M2": getattr(torch, "float8_e5m2", None),
+}
+
+
+def _safetensors_dtype(code: str, path: str, name: str) -> torch.dtype:
+    dt = _ST_DTYPES.get(code.upper())
+    if dt is None:
+        raise CheckpointError(f"{path}: tensor {name!r} has dtype {code}, which this torch build cannot read")
+    return dt
+
+
+def _describe_read_failure(path: str, err: Exception) -> str:
+    size = os.path.getsize(path) if os.path.exists(path) else -1
+    msg = str(err)
+    low = msg.lower()
+    if size == 0:
+        return f"{path}: the file is empty (0 bytes); the download or copy did not complete"
+    if "incomplete" in low or "buffer" in low or "truncat" in low or "eof" in low or "length" in low:
+        return f"{path}: the file is truncated or corrupt ({size} bytes on disk; {msg}); download it again"
+    return f"{path}: not a readable safetensors file ({msg}); the file may be corrupt or in another format"
+
+
+def _load_pickle_checkpoint(path: str) -> dict[str, torch.Tensor]:
+    """``torch.load`` with ``weights_only=True`` only: a checkpoint can never run code on load."""
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"{path}: the file is empty (0 bytes); the download or copy did not complete")
+    try:
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except (RuntimeError, ValueError) as e:
+            if "mmap" not in str(e).lower():
+                raise
+            obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(
+            f"{path}: refused to load: it contains Python objects other than tensors, and checkpoints are only "
+            f"loaded with torch.load(weights_only=True) for safety. Convert it to .safetensors. "
+            f"({str(e).strip().splitlines()[-1][:300]})"
+        ) from e
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path}: the file is truncated or corrupt and cannot be read ({first})") from e
+    return _unwrap_state_dict(obj, path)
+
+
+def _unwrap_state_dict(obj: Any, path: str) -> dict[str, torch.Tensor]:
+    # Training checkpoints often nest the weights one level down.
+    for _ in range(2):
+        if isinstance(obj, Mapping) and not any(isinstance(v, torch.Tensor) for v in obj.values()):
+            for key in ("state_dict", "model", "module", "ema", "params"):
+                if isinstance(obj.get(key), Mapping):
+                    obj = obj[key]
+                    break
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"{path}: expected a state dict (name -> tensor), found {type(obj).__name__}")
+    tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise CheckpointError(f"{path}: contains no tensors")
+    return tensors
+
+
+def _folder_weight_files(folder: Path) -> list[Path]:
+    """The weight files of a diffusers/transformers model folder (sharded via an index, or single)."""
+    indexes = sorted(folder.glob("*.safetensors.index.json"))
+    if indexes:
+        index = indexes[0]
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise CheckpointError(f"{index}: not a valid shard index (needs a 'weight_map'): {e}") from e
+        files = sorted({folder / f for f in weight_map.values()})
+        missing = [f.name for f in files if not f.exists()]
+        if missing:
+            raise CheckpointError(f"{folder}: shard(s) listed in {index.name} are missing: {', '.join(missing[:5])}")
+        return files
+    files = sorted(p for p in folder.iterdir() if p.suffix in SAFETENSORS_EXTS)
+    if not files:
+        files = sorted(p for p in folder.iterdir() if p.suffix in PICKLE_EXTS)
+    if not files:
+        raise CheckpointError(f"{folder}: no .safetensors (or .bin/.pth) weight files in this folder")
+    return files
+
+
+def open_checkpoint(src: Source, subfolder: str | None = None) -> LazyStateDict:
+    """Open a checkpoint lazily.
+
+    ``src``: a ``.safetensors``/``.sft`` file, a ``.pth/.pt/.ckpt/.bin`` file (loaded with
+    ``weights_only=True``), a diffusers/transformers model folder (``config.json`` + safetensors, sharded
+    with an index or single), a pipeline folder (``subfolder`` picks e.g. ``"transformer"``), or an
+    in-memory ``{name: tensor}`` dict.
+    """
+    if isinstance(src, LazyStateDict):
+        return src
+    if isinstance(src, Mapping):
+        return LazyStateDict("<state dict>", {k: (_DictReader(src), k) for k in src})
+    path = Path(os.fspath(src)).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or folder")
+    if path.is_dir():
+        if subfolder and (path / subfolder).is_dir() and not (path / "config.json").exists():
+            path = path / subfolder
+        files = _folder_weight_files(path)
+        names: dict[str, tuple[Any, str]] = {}
+        metadata: dict = {}
+        config_file = path / "config.json"
+        if config_file.exists():
+            try:
+                metadata["config"] = json.loads(config_file.read_text())
+            except json.JSONDecodeError as e:
+                raise CheckpointError(f"{config_file}: invalid JSON ({e})") from e
+        for f in files:
+            part = open_checkpoint(f)
+            for k in part:
+                if k in names:
+                    raise CheckpointError(f"{path}: tensor {k!r} appears in more than one shard")
+                names[k] = part._names[k]
+        return LazyStateDict(str(path), names, metadata)
+    suffix = path.suffix.lower()
+    if suffix in SAFETENSORS_EXTS:
+        reader = _SafetensorsReader(str(path))
+        return LazyStateDict(str(path), {k: (reader, k) for k in reader.keys()}, reader.metadata)
+    if suffix in PICKLE_EXTS:
+        tensors = _load_pickle_checkpoint(str(path))
+        reader = _DictReader(tensors)
+        return LazyStateDict(str(path), {k: (reader, k) for k in tensors})
+    if suffix in (".gguf",):
+        raise CheckpointError(f"{path}: GGUF files are not supported; use a .safetensors or .pth checkpoint")
+    raise CheckpointError(
+        f"{path}: unknown checkpoint extension {suffix!r}; expected one of "
+        f"{', '.join(SAFETENSORS_EXTS + PICKLE_EXTS)} or a model folder"
+    )
+
+
+def strip_prefix(sd: LazyStateDict, prefixes: tuple[str, ...]) -> LazyStateDict:
+    """Remove the first of ``prefixes`` shared by the keys that carry one; keys without it are dropped.
+
+    Used on all-in-one files (``model.diffusion_model.`` for the DiT, ``vae.``/``first_stage_model.`` for
+    the VAE); when no key carries any prefix the dict is returned unchanged.
+    """
+    for prefix in prefixes:
+        if any(k.startswith(prefix) for k in sd):
+            n = len(prefix)
+            return sd.rename(lambda k: k[n:] if k.startswith(prefix) else None)
+    return sd
+
+
+def is_quant_aux_key(key: str) -> bool:
+    """Tensors that describe fp8 quantisation (scales, markers), not model parameters."""
+    return key in _QUANT_MARKERS or key.endswith(_QUANT_SUFFIXES)
+
+
+def weight_scale_key(sd: Mapping[str, torch.Tensor], weight_key: str) -> str | None:
+    """The scale tensor of an fp8 ``<layer>.weight``: legacy ``scale_weight`` or newer ``weight_scale``."""
+    if not weight_key.endswith(".weight"):
+        return None
+    layer = weight_key[: -len(".weight")]
+    for cand in (f"{layer}.scale_weight", f"{layer}.weight_scale"):
+        if cand in sd:
+            return cand
+    return None
+
+
+def dequantize(weight: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """fp8 weight * scale, computed in float32 then cast (``scale`` per tensor or per output channel)."""
+    w = weight.to(torch.float32)
+    if scale is not None:
+        s = scale.to(torch.float32)
+        if s.numel() > 1:  # per output channel
+            s = s.reshape(-1, *([1] * (w.dim() - 1)))
+        w = w * s
+    return w.to(dtype)
+
+
+def stored_float_dtype(sd: LazyStateDict) -> torch.dtype:
+    """The dtype most parameters are stored in (fp8 files report their fp8 dtype)."""
+    counts: dict[torch.dtype, int] = {}
+    for k in sd:
+        if is_quant_aux_key(k):
+            continue
+        dt = sd.dtype(k)
+        if dt.is_floating_point:
+            n = 1
+            for s in sd.shape(k):
+                n *= s
+            counts[dt] = counts.get(dt, 0) + n
+    if not counts:
+        raise CheckpointError(f"{sd.source}: contains no floating-point tensors")
+    return max(counts, key=counts.get)
+
+
+def is_fp8_checkpoint(sd: LazyStateDict) -> bool:
+    return stored_float_dtype(sd) in FP8_DTYPES
+
+
+def materialize(
+    sd: LazyStateDict,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str = "cpu",
+    keep_fp8: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Read every parameter into a plain dict, dequantising fp8 weights and dropping quantisation aux tensors.
+
+    ``dtype``: cast floating tensors to it (None keeps the stored dtype; fp8 is then dequantised to float32).
+    ``keep_fp8``: leave fp8 weights as they are and keep their scales (for the FP8 compute path).
+    Dequantised weights equal ``fp8.float() * scale`` exactly when ``dtype`` is float32.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for k in sd:
+        if is_quant_aux_key(k) and not keep_fp8:
+            continue
+        t = sd[k]
+        if t.dtype in FP8_DTYPES and not keep_fp8:
+            sk = weight_scale_key(sd, k)
+            t = dequantize(t, sd[sk] if sk else None, dtype or torch.float32)
+        elif dtype is not None and t.is_floating_point() and t.dtype not in FP8_DTYPES:
+            t = t.to(dtype)
+        out[k] = t.to(device) if str(device) != "cpu" else t
+    return out
+
+
+def check_shapes(
+    found: Mapping[str, tuple[int, ...]],
+    expected: Mapping[str, tuple[int, ...]],
+    source: str,
+    what: str,
+) -> None:
+    """Raise a CheckpointError listing missing keys, unexpected keys and shape mismatches (a few of each)."""
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    mismatched = [(k, tuple(expected[k]), tuple(found[k])) for k in expected if k in found
+                  and tuple(found[k]) != tuple(expected[k])]
+    if not (missing or unexpected or mismatched):
+        return
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing key(s), e.g. {', '.join(missing[:5])}")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected key(s), e.g. {', '.join(unexpected[:5])}")
+    if mismatched:
+        desc = "; ".join(f"{k}: expected {list(e)}, found {list(f)}" for k, e, f in mismatched[:5])
+        parts.append(f"{len(mismatched)} shape mismatch(es): {desc}")
+    raise CheckpointError(f"{source}: does not match {what}: " + " | ".join(parts))
+
+
+def describe_keys(keys) -> str:
+    """A human description of what a state dict looks like, from its key names (for error messages)."""
+    keys = list(keys)
+    ks = set(keys)
+
+    def has(*subs: str) -> bool:
+        return any(all(s in k for s in subs) for k in keys)
+
+    def any_prefix(*prefixes: str) -> bool:
+        return any(k.startswith(prefixes) for k in keys)
+
+    if has("lora_A") or has("lora_down") or has("lora_up") or has("lora_B"):
+        return "a LoRA (adapter weights, not a full model; load it with a LoRA loader)"
+    if has("img_emb.proj") and has("blocks.0.self_attn"):
+        return "a Wan 2.1 image-to-video DiT (image-to-video is not supported by this loader yet)"
+    if has("head.modulation") and has("blocks.0.self_attn.q"):
+        return "a Wan 2.1 DiT"
+    if has("condition_embedder.time_proj") and has("blocks.0.attn1.to_q"):
+        return "a Wan 2.1 DiT in diffusers format"
+    if has("decoder.upsamples.") and has("residual.0.gamma"):
+        return "a Wan 2.1 video VAE"
+    if has("decoder.up_blocks.") and has("norm1.gamma") and has("quant_conv"):
+        return "a Wan 2.1 video VAE in diffusers format"
+    if has("encoder.down.0.block.0") or any_prefix("first_stage_model.") and not has("diffusion_model"):
+        return "a Stable Diffusion image VAE (2D, not the Wan video VAE)"
+    if has("encoder.down_blocks.0.resnets.0.norm1.weight") and has("decoder.up_blocks.0.resnets"):
+        return "a Stable Diffusion image VAE in diffusers format (2D, not the Wan video VAE)"
+    if has("double_blocks.0.img_attn") or has("single_blocks.0.linear1"):
+        return "a Flux (or HunyuanVideo) DiT"
+    if has("single_transformer_blocks.0") and has("transformer_blocks.0.attn"):
+        return "a Flux DiT in diffusers format"
+    if has("joint_blocks.0."):
+        return "a Stable Diffusion 3 MMDiT"
+    if has("conditioner.embedders.") or has("label_emb.0.0.weight"):
+        return "a Stable Diffusion XL checkpoint"
+    if has("input_blocks.0.0.weight") or has("down_blocks.0.attentions.0.transformer_blocks"):
+        return "a Stable Diffusion 1.x/2.x UNet checkpoint"
+    if has("encoder.block.0.layer.0.SelfAttention.q") or ("shared.weight" in ks and has("encoder.final_layer_norm")):
+        return "a T5/umT5 text encoder"
+    if has("token_embedding.weight") and has("blocks.0.attn.q.weight") and has("ffn.gate.0"):
+        return "a Wan umT5 text encoder (official format)"
+    if has("text_model.encoder.layers.0") or has("vision_model.encoder.layers.0"):
+        return "a CLIP model"
+    return "an unknown model (first keys: " + ", ".join(sorted(keys)[:4]) + ")"
