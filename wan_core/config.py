@@ -1,0 +1,163 @@
+"""Model configurations as data: the Wan 2.1 DiT and umT5 text encoder (wan_spec.md sections 1.1 and 1.3).
+
+Presets name the released models; ``tiny-*`` presets exist for tests and the random-weights demo.
+``detect_dit_config`` derives a config from a state dict's shapes, as ComfyUI does (spec 1.1).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DiTConfig:
+    """Wan DiT hyper-parameters (official ``WanModel`` names)."""
+
+    dim: int = 1536
+    ffn_dim: int = 8960
+    num_heads: int = 12
+    num_layers: int = 30
+    freq_dim: int = 256
+    text_dim: int = 4096
+    text_len: int = 512
+    in_dim: int = 16
+    out_dim: int = 16
+    patch_size: tuple[int, int, int] = (1, 2, 2)
+    qk_norm: bool = True
+    cross_attn_norm: bool = True
+    eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_max_len: int = 1024
+    name: str = "custom"
+
+    def __post_init__(self):
+        if self.dim % self.num_heads:
+            raise ValueError(f"DiTConfig: dim {self.dim} is not divisible by num_heads {self.num_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"DiTConfig: head_dim {self.head_dim} must be even for RoPE")
+        if self.freq_dim % 2:
+            raise ValueError(f"DiTConfig: freq_dim {self.freq_dim} must be even")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.num_heads
+
+    @property
+    def rope_dims(self) -> tuple[int, int, int]:
+        """Head-dim split between the (frame, height, width) axes: 44/42/42 for d = 128 (spec 2.5)."""
+        d = self.head_dim
+        return d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6)
+
+    def replace(self, **changes) -> "DiTConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class TextEncoderConfig:
+    """umT5 encoder hyper-parameters (transformers ``UMT5Config`` names)."""
+
+    vocab_size: int = 256384
+    d_model: int = 4096
+    d_kv: int = 64
+    num_heads: int = 64
+    d_ff: int = 10240
+    num_layers: int = 24
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    layer_norm_epsilon: float = 1e-6
+    text_len: int = 512
+    pad_token_id: int = 0
+    eos_token_id: int = 1
+    name: str = "custom"
+
+    def replace(self, **changes) -> "TextEncoderConfig":
+        return dataclasses.replace(self, **changes)
+
+
+DIT_PRESETS: dict[str, DiTConfig] = {
+    "wan2.1-t2v-1.3b": DiTConfig(name="wan2.1-t2v-1.3b"),
+    "wan2.1-t2v-14b": DiTConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40, name="wan2.1-t2v-14b"),
+    # Small configs for tests and the random-weights demo; real head_dim 128 is kept in "tiny-wide".
+    "tiny": DiTConfig(dim=64, ffn_dim=128, num_heads=2, num_layers=2, text_dim=32, name="tiny"),
+    "tiny-4h": DiTConfig(dim=96, ffn_dim=160, num_heads=4, num_layers=3, text_dim=48, name="tiny-4h"),
+    "tiny-wide": DiTConfig(dim=256, ffn_dim=512, num_heads=2, num_layers=2, text_dim=64, name="tiny-wide"),
+}
+
+TEXT_ENCODER_PRESETS: dict[str, TextEncoderConfig] = {
+    "umt5-xxl": TextEncoderConfig(name="umt5-xxl"),
+    "tiny": TextEncoderConfig(vocab_size=512, d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=2,
+                              name="tiny"),
+}
+
+
+def dit_preset(name: str) -> DiTConfig:
+    try:
+        return DIT_PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown DiT preset {name!r}; known: {', '.join(DIT_PRESETS)}") from None
+
+
+_BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
+
+
+def detect_dit_config(
+    shapes: Mapping[str, tuple[int, ...]], text_len: int = 512, num_heads: int | None = None
+) -> DiTConfig:
+    """Derive the DiT config from official-named parameter shapes (spec 1.1).
+
+    ``shapes``: key -> shape (a LazyStateDict's shapes or ``{k: v.shape}``). head_dim is 128 in every
+    released Wan model; smaller widths (tests) fall back to the largest head count whose head_dim is even
+    and matches the ``norm_q`` width, so pass an explicit config for unusual head counts.
+    """
+    if hasattr(shapes, "shape") and not isinstance(shapes, dict):  # a LazyStateDict
+        shapes = {k: shapes.shape(k) for k in shapes}
+    required = ("head.modulation", "head.head.weight", "patch_embedding.weight", "text_embedding.0.weight",
+                "time_embedding.0.weight", "blocks.0.ffn.0.weight")
+    missing = [k for k in required if k not in shapes]
+    if missing:
+        raise KeyError(f"cannot detect a Wan DiT config: missing {', '.join(missing)}")
+    dim = int(shapes["head.modulation"][-1])
+    patch = tuple(int(s) for s in shapes["patch_embedding.weight"][2:])
+    out_dim = int(shapes["head.head.weight"][0]) // (patch[0] * patch[1] * patch[2])
+    layers = {int(m.group(1)) for k in shapes if (m := _BLOCK_RE.match(k))}
+    num_layers = max(layers) + 1 if layers else 0
+    if layers != set(range(num_layers)):
+        raise KeyError(f"blocks are not numbered 0..{num_layers - 1}: missing {sorted(set(range(num_layers)) - layers)[:5]}")
+    if num_heads is None:
+        num_heads = dim // 128 if dim % 128 == 0 else _guess_heads(dim)
+    return DiTConfig(
+        dim=dim,
+        ffn_dim=int(shapes["blocks.0.ffn.0.weight"][0]),
+        num_heads=num_heads,
+        num_layers=num_layers,
+        freq_dim=int(shapes["time_embedding.0.weight"][1]),
+        text_dim=int(shapes["text_embedding.0.weight"][1]),
+        text_len=text_len,
+        in_dim=int(shapes["patch_embedding.weight"][1]),
+        out_dim=out_dim,
+        patch_size=patch,  # type: ignore[arg-type]
+        qk_norm="blocks.0.self_attn.norm_q.weight" in shapes,
+        cross_attn_norm="blocks.0.norm3.weight" in shapes,
+        name=_preset_name(dim, num_layers),
+    )
+
+
+def _guess_heads(dim: int) -> int:
+    # Test-size models only: the state dict does not store the head count; prefer head_dim 32, then 64, ...
+    for hd in (32, 64, 16, 8, 4, 2):
+        if dim % hd == 0:
+            return dim // hd
+    return 1
+
+
+def _preset_name(dim: int, layers: int) -> str:
+    for name, cfg in DIT_PRESETS.items():
+        if cfg.dim == dim and cfg.num_layers == layers:
+            return name
+    return "custom"
+
+
+__all__ = ["DiTConfig", "TextEncoderConfig", "DIT_PRESETS", "TEXT_ENCODER_PRESETS", "dit_preset",
+           "detect_dit_config"]

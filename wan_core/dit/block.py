@@ -1,0 +1,70 @@
+"""The Wan transformer block and output head (wan_spec.md 2.4 and 2.6).
+
+The residual stream stays float32 (the official code's gated updates run under fp32 autocast, which
+promotes it); linear layers run in the weight dtype.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..attention.dispatch import AttentionDispatch
+from .attention import CrossAttention, SelfAttention
+
+
+def layer_norm(x: torch.Tensor, eps: float, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None) -> torch.Tensor:
+    """LayerNorm over the last dim in float32 (optionally affine)."""
+    w = weight.float() if weight is not None else None
+    b = bias.float() if bias is not None else None
+    return F.layer_norm(x.float(), (x.shape[-1],), w, b, eps)
+
+
+class WanBlock(nn.Module):
+    """Self-attention (modulated), cross-attention (affine ``norm3``), FFN (modulated); gates in float32."""
+
+    def __init__(self, dim: int, ffn_dim: int, num_heads: int, qk_norm: bool = True,
+                 cross_attn_norm: bool = True, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.self_attn = SelfAttention(dim, num_heads, qk_norm, eps)
+        self.norm3 = nn.LayerNorm(dim, eps=eps, elementwise_affine=True) if cross_attn_norm else nn.Identity()
+        self.cross_attn = CrossAttention(dim, num_heads, qk_norm, eps)
+        self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(ffn_dim, dim))
+        self.modulation = nn.Parameter(torch.zeros(1, 6, dim))
+
+    def forward(self, x: torch.Tensor, e0: torch.Tensor, ctx: torch.Tensor,
+                rope: tuple[torch.Tensor, torch.Tensor], attn: AttentionDispatch, layer: int) -> torch.Tensor:
+        """``x [B, L, D]`` float32, ``e0 [B, 6, D]`` float32, ``ctx [B, 512, D]`` -> ``[B, L, D]`` float32."""
+        dtype = self.ffn[0].weight.dtype
+        shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff = (self.modulation.float() + e0).unbind(1)
+
+        h = layer_norm(x, self.eps) * (1 + scale_sa[:, None]) + shift_sa[:, None]
+        x = x + self.self_attn(h.to(dtype), rope, attn, layer).float() * gate_sa[:, None]
+
+        if isinstance(self.norm3, nn.LayerNorm):
+            h = layer_norm(x, self.eps, self.norm3.weight, self.norm3.bias)
+        else:
+            h = x
+        x = x + self.cross_attn(h.to(dtype), ctx, attn, layer).float()
+
+        h = layer_norm(x, self.eps) * (1 + scale_ff[:, None]) + shift_ff[:, None]
+        x = x + self.ffn(h.to(dtype)).float() * gate_ff[:, None]
+        return x
+
+
+class Head(nn.Module):
+    """``head``: parameter-free LayerNorm modulated by the 256->D time embedding, then Linear(D -> 64)."""
+
+    def __init__(self, dim: int, out_features: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.head = nn.Linear(dim, out_features)
+        self.modulation = nn.Parameter(torch.zeros(1, 2, dim))
+
+    def forward(self, x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        """``x [B, L, D]`` float32, ``e [B, D]`` float32 -> ``[B, L, out_features]`` float32."""
+        shift, scale = (self.modulation.float() + e[:, None]).unbind(1)
+        h = layer_norm(x, self.eps) * (1 + scale[:, None]) + shift[:, None]
+        return self.head(h.to(self.head.weight.dtype)).float()

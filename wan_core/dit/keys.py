@@ -1,0 +1,77 @@
+"""DiT key naming: official <-> diffusers (wan_spec.md 5.2), and naming detection.
+
+ComfyUI files use the official names, optionally under ``model.diffusion_model.``; the rules below are
+checked in tests against ``keys/wan_dit_keymap_official_to_diffusers.tsv``.
+"""
+from __future__ import annotations
+
+import re
+
+# (official, diffusers) name fragments; block-level ones are matched after "blocks.N."
+_TOP = [
+    ("time_embedding.0.", "condition_embedder.time_embedder.linear_1."),
+    ("time_embedding.2.", "condition_embedder.time_embedder.linear_2."),
+    ("text_embedding.0.", "condition_embedder.text_embedder.linear_1."),
+    ("text_embedding.2.", "condition_embedder.text_embedder.linear_2."),
+    ("time_projection.1.", "condition_embedder.time_proj."),
+    ("head.head.", "proj_out."),
+    ("patch_embedding.", "patch_embedding."),
+]
+_TOP_EXACT = [("head.modulation", "scale_shift_table")]
+_BLOCK = [
+    ("self_attn.q.", "attn1.to_q."), ("self_attn.k.", "attn1.to_k."), ("self_attn.v.", "attn1.to_v."),
+    ("self_attn.o.", "attn1.to_out.0."), ("self_attn.norm_q.", "attn1.norm_q."),
+    ("self_attn.norm_k.", "attn1.norm_k."),
+    ("cross_attn.q.", "attn2.to_q."), ("cross_attn.k.", "attn2.to_k."), ("cross_attn.v.", "attn2.to_v."),
+    ("cross_attn.o.", "attn2.to_out.0."), ("cross_attn.norm_q.", "attn2.norm_q."),
+    ("cross_attn.norm_k.", "attn2.norm_k."),
+    ("norm3.", "norm2."),
+    ("ffn.0.", "ffn.net.0.proj."), ("ffn.2.", "ffn.net.2."),
+]
+_BLOCK_EXACT = [("modulation", "scale_shift_table")]
+_BLOCK_RE = re.compile(r"^(blocks\.\d+\.)(.*)$")
+
+
+def _convert(key: str, pairs, exact, top_pairs, top_exact) -> str | None:
+    m = _BLOCK_RE.match(key)
+    if m:
+        prefix, rest = m.groups()
+        for a, b in exact:
+            if rest == a:
+                return prefix + b
+        for a, b in pairs:
+            if rest.startswith(a):
+                return prefix + b + rest[len(a):]
+        return None
+    for a, b in top_exact:
+        if key == a:
+            return b
+    for a, b in top_pairs:
+        if key.startswith(a):
+            return b + key[len(a):]
+    return None
+
+
+def official_to_diffusers(key: str) -> str | None:
+    """diffusers name of an official DiT key (None if the key has no counterpart)."""
+    return _convert(key, _BLOCK, _BLOCK_EXACT, _TOP, _TOP_EXACT)
+
+
+def diffusers_to_official(key: str) -> str | None:
+    """Official name of a diffusers ``WanTransformer3DModel`` key (None if unknown)."""
+    swap = lambda pairs: [(b, a) for a, b in pairs]  # noqa: E731
+    return _convert(key, swap(_BLOCK), swap(_BLOCK_EXACT), swap(_TOP), swap(_TOP_EXACT))
+
+
+# Prefixes under which DiT weights are found in the wild (ComfyUI all-in-one files, DDP saves).
+DIT_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "module.", "model.")
+
+
+def detect_naming(keys) -> str | None:
+    """``"official"`` or ``"diffusers"`` from marker keys, None when neither (after prefix stripping)."""
+    ks = set(keys)
+    if "head.modulation" in ks and "patch_embedding.weight" in ks:
+        return "official"
+    if "scale_shift_table" in ks and "condition_embedder.time_proj.weight" in ks:
+        return "diffusers"
+    return None

@@ -1,0 +1,87 @@
+"""The Wan 2.1 text-to-video DiT (wan_spec.md section 2), with official parameter names.
+
+``WanDiT(config)(x, t, context) -> v``: x ``[B, 16, F, H, W]`` normalised latents, t ``[B]`` on 0..1000
+(int or float), context ``[B, L, text_dim]`` or a list of ``[L_i, text_dim]`` -> velocity ``[B, 16, F, H, W]``
+float32. Attention goes through ``self.attention`` (an ``AttentionDispatch``), replaced from outside to
+switch backends or wrap skiparse / context parallelism.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..attention.dispatch import AttentionDispatch
+from ..config import DiTConfig
+from .block import Head, WanBlock
+from .embeddings import pad_context, patchify, time_embed, unpatchify
+from .rope import rope_cos_sin
+
+
+class WanDiT(nn.Module):
+    def __init__(self, config: DiTConfig, attention: AttentionDispatch | None = None):
+        super().__init__()
+        c = self.config = config
+        self.attention = attention or AttentionDispatch("sdpa")
+        self.patch_embedding = nn.Conv3d(c.in_dim, c.dim, kernel_size=c.patch_size, stride=c.patch_size)
+        self.text_embedding = nn.Sequential(
+            nn.Linear(c.text_dim, c.dim), nn.GELU(approximate="tanh"), nn.Linear(c.dim, c.dim)
+        )
+        self.time_embedding = nn.Sequential(nn.Linear(c.freq_dim, c.dim), nn.SiLU(), nn.Linear(c.dim, c.dim))
+        self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(c.dim, 6 * c.dim))
+        self.blocks = nn.ModuleList(
+            WanBlock(c.dim, c.ffn_dim, c.num_heads, c.qk_norm, c.cross_attn_norm, c.eps)
+            for _ in range(c.num_layers)
+        )
+        pt, ph, pw = c.patch_size
+        self.head = Head(c.dim, pt * ph * pw * c.out_dim, c.eps)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.patch_embedding.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.patch_embedding.weight.device
+
+    def embed_text(self, context, batch: int) -> torch.Tensor:
+        """Text states -> ``[B, text_len, D]``: zero-padded to ``text_len`` and embedded (spec 2.3)."""
+        c = self.config
+        ctx = pad_context(context, c.text_len, c.text_dim, batch).to(self.device)
+        return self.text_embedding(ctx.to(self.dtype))
+
+    def embed_time(self, t, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Timesteps (scalar or ``[B]``, int or float, 0..1000) -> ``e [B, D]``, ``e0 [B, 6, D]`` (float32)."""
+        t = torch.as_tensor(t, device=self.device)
+        if t.dim() == 0:
+            t = t.expand(batch)
+        if t.shape != (batch,):
+            raise ValueError(f"timestep must be a scalar or shape [{batch}], got {list(t.shape)}")
+        return time_embed(t, self.config.freq_dim, self.time_embedding, self.time_projection)
+
+    def grid(self, x: torch.Tensor) -> tuple[int, int, int]:
+        """Patch grid ``(F', H', W')`` of latents ``[B, C, F, H, W]``, validating the shape."""
+        c = self.config
+        if x.dim() != 5 or x.shape[1] != c.in_dim:
+            raise ValueError(f"latents must be [B, {c.in_dim}, F, H, W], got {list(x.shape)}")
+        for size, p, axis in zip(x.shape[2:], c.patch_size, ("frames", "height", "width")):
+            if size % p:
+                raise ValueError(f"latent {axis} {size} is not a multiple of the patch size {p} "
+                                 f"(pixel width/height must be multiples of 16)")
+        return tuple(s // p for s, p in zip(x.shape[2:], c.patch_size))  # type: ignore[return-value]
+
+    def forward(self, x: torch.Tensor, t, context) -> torch.Tensor:
+        """x ``[B, 16, F, H, W]``, t ``[B]`` or scalar, context ``[B, L, text_dim]`` or list -> v float32."""
+        c = self.config
+        b = x.shape[0]
+        grid = self.grid(x)
+        w = self.patch_embedding.weight
+        tokens = F.linear(patchify(x.to(w.dtype), c.patch_size), w.flatten(1), self.patch_embedding.bias)
+        h = tokens.float()  # residual stream [B, L, D], float32
+        e, e0 = self.embed_time(t, b)
+        ctx = self.embed_text(context, b)
+        rope = rope_cos_sin(grid, c.rope_dims, c.rope_theta, device=x.device)
+        for i, block in enumerate(self.blocks):
+            h = block(h, e0, ctx, rope, self.attention, i)
+        out = self.head(h, e)
+        return unpatchify(out, grid, c.patch_size, c.out_dim)
