@@ -184,10 +184,11 @@ def _load_pickle_checkpoint(path: str) -> dict[str, torch.Tensor]:
 def _unwrap_state_dict(obj: Any, path: str) -> dict[str, torch.Tensor]:
     # Training checkpoints often nest the weights one level down.
     for _ in range(2):
-        if isinstance(obj, Mapping) and not any(isinstance(v, torch.Tensor) for v in obj.values()):
+        if isinstance(obj, Mapping):
             for key in ("state_dict", "model", "module", "ema", "params"):
-                if isinstance(obj.get(key), Mapping):
-                    obj = obj[key]
+                inner = obj.get(key)
+                if isinstance(inner, Mapping) and any(isinstance(v, torch.Tensor) for v in inner.values()):
+                    obj = inner
                     break
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"{path}: expected a state dict (name -> tensor), found {type(obj).__name__}")
