@@ -1,7 +1,7 @@
 """Attention dispatch: named backends behind one call, chosen per model and overridable per call site.
 
-Tensors use the "NHD" layout of flash-attention/SageAttention: q ``[B, Lq, N, d]``, k/v ``[B, Lk, N, d]``
--> ``[B, Lq, N, d]``. Backends are plain functions ``fn(q, k, v, scale=None) -> out`` registered by name;
+Tensors use the "HND" layout of torch SDPA (also accepted by SageAttention): q ``[B, N, Lq, d]``,
+k/v ``[B, N, Lk, d]`` -> ``[B, N, Lq, d]``, contiguous (CPU SDPA is ~1.4x slower on strided inputs). Backends are plain functions ``fn(q, k, v, scale=None) -> out`` registered by name;
 wrappers (skiparse, context parallelism, caches) attach by replacing the model's dispatch object, so model
 code never branches on them.
 """
@@ -28,9 +28,8 @@ def attention_backends() -> list[str]:
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """torch scaled_dot_product_attention; q ``[B, Lq, N, d]``, k/v ``[B, Lk, N, d]`` -> ``[B, Lq, N, d]``."""
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale)
-    return out.transpose(1, 2)
+    """torch scaled_dot_product_attention; q ``[B, N, Lq, d]``, k/v ``[B, N, Lk, d]`` -> ``[B, N, Lq, d]``."""
+    return F.scaled_dot_product_attention(q, k, v, scale=scale)
 
 
 register_backend("sdpa", sdpa_attention)

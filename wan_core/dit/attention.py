@@ -8,6 +8,16 @@ from ..attention.dispatch import AttentionCall, AttentionDispatch
 from .rope import apply_rope
 
 
+def heads_first(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``[B, L, N*d] -> [B, N, L, d]`` contiguous (the attention dispatch layout)."""
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2).contiguous()
+
+
+def heads_last(x: torch.Tensor) -> torch.Tensor:
+    """``[B, N, L, d] -> [B, L, N*d]``."""
+    return x.transpose(1, 2).flatten(2)
+
+
 class RMSNorm(nn.Module):
     """``y / sqrt(mean(y^2) + eps) * weight`` over the last dim, statistics and product in float32."""
 
@@ -35,16 +45,14 @@ class SelfAttention(nn.Module):
         self.norm_q = RMSNorm(dim, eps) if qk_norm else nn.Identity()
         self.norm_k = RMSNorm(dim, eps) if qk_norm else nn.Identity()
 
-    def forward(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], attn: AttentionDispatch,
-                layer: int) -> torch.Tensor:
-        """``h [B, L, D]`` (weight dtype) -> ``[B, L, D]``."""
+    def forward(self, h: torch.Tensor, freqs: torch.Tensor, attn: AttentionDispatch, layer: int) -> torch.Tensor:
+        """``h [B, L, D]`` (weight dtype), ``freqs [L, d/2]`` complex RoPE rotations -> ``[B, L, D]``."""
         n = self.num_heads
-        q = self.norm_q(self.q(h)).unflatten(-1, (n, -1))
-        k = self.norm_k(self.k(h)).unflatten(-1, (n, -1))
-        v = self.v(h).unflatten(-1, (n, -1))
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        q = apply_rope(self.norm_q(self.q(h)).unflatten(-1, (n, -1)), freqs)  # [B, N, L, d]
+        k = apply_rope(self.norm_k(self.k(h)).unflatten(-1, (n, -1)), freqs)
+        v = heads_first(self.v(h), n)
         out = attn(q, k, v, AttentionCall("self", layer))
-        return self.o(out.flatten(-2))
+        return self.o(heads_last(out))
 
 
 class CrossAttention(nn.Module):
@@ -63,8 +71,8 @@ class CrossAttention(nn.Module):
     def forward(self, h: torch.Tensor, ctx: torch.Tensor, attn: AttentionDispatch, layer: int) -> torch.Tensor:
         """``h [B, L, D]``, ``ctx [B, 512, D]`` -> ``[B, L, D]``."""
         n = self.num_heads
-        q = self.norm_q(self.q(h)).unflatten(-1, (n, -1))
-        k = self.norm_k(self.k(ctx)).unflatten(-1, (n, -1))
-        v = self.v(ctx).unflatten(-1, (n, -1))
+        q = heads_first(self.norm_q(self.q(h)), n)
+        k = heads_first(self.norm_k(self.k(ctx)), n)
+        v = heads_first(self.v(ctx), n)
         out = attn(q, k, v, AttentionCall("cross", layer))
-        return self.o(out.flatten(-2))
+        return self.o(heads_last(out))

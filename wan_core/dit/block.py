@@ -34,24 +34,25 @@ class WanBlock(nn.Module):
         self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(ffn_dim, dim))
         self.modulation = nn.Parameter(torch.zeros(1, 6, dim))
 
-    def forward(self, x: torch.Tensor, e0: torch.Tensor, ctx: torch.Tensor,
-                rope: tuple[torch.Tensor, torch.Tensor], attn: AttentionDispatch, layer: int) -> torch.Tensor:
-        """``x [B, L, D]`` float32, ``e0 [B, 6, D]`` float32, ``ctx [B, 512, D]`` -> ``[B, L, D]`` float32."""
+    def forward(self, x: torch.Tensor, e0: torch.Tensor, ctx: torch.Tensor, freqs: torch.Tensor,
+                attn: AttentionDispatch, layer: int) -> torch.Tensor:
+        """``x [B, L, D]`` float32, ``e0 [B, 6, D]`` float32, ``ctx [B, 512, D]``, ``freqs [L, d/2]`` RoPE
+        -> ``[B, L, D]`` float32."""
         dtype = self.ffn[0].weight.dtype
-        shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff = (self.modulation.float() + e0).unbind(1)
+        mod = (self.modulation.float() + e0).unsqueeze(2)  # [B, 6, 1, D]
+        shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff = mod.unbind(1)
 
-        h = layer_norm(x, self.eps) * (1 + scale_sa[:, None]) + shift_sa[:, None]
-        x = x + self.self_attn(h.to(dtype), rope, attn, layer).float() * gate_sa[:, None]
+        h = torch.addcmul(shift_sa, layer_norm(x, self.eps), 1 + scale_sa)
+        x = torch.addcmul(x, self.self_attn(h.to(dtype), freqs, attn, layer), gate_sa)
 
         if isinstance(self.norm3, nn.LayerNorm):
             h = layer_norm(x, self.eps, self.norm3.weight, self.norm3.bias)
         else:
             h = x
-        x = x + self.cross_attn(h.to(dtype), ctx, attn, layer).float()
+        x = x + self.cross_attn(h.to(dtype), ctx, attn, layer)
 
-        h = layer_norm(x, self.eps) * (1 + scale_ff[:, None]) + shift_ff[:, None]
-        x = x + self.ffn(h.to(dtype)).float() * gate_ff[:, None]
-        return x
+        h = torch.addcmul(shift_ff, layer_norm(x, self.eps), 1 + scale_ff)
+        return torch.addcmul(x, self.ffn(h.to(dtype)), gate_ff)
 
 
 class Head(nn.Module):
@@ -65,6 +66,6 @@ class Head(nn.Module):
 
     def forward(self, x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
         """``x [B, L, D]`` float32, ``e [B, D]`` float32 -> ``[B, L, out_features]`` float32."""
-        shift, scale = (self.modulation.float() + e[:, None]).unbind(1)
-        h = layer_norm(x, self.eps) * (1 + scale[:, None]) + shift[:, None]
+        shift, scale = (self.modulation.float() + e[:, None]).unsqueeze(2).unbind(1)
+        h = torch.addcmul(shift, layer_norm(x, self.eps), 1 + scale)
         return self.head(h.to(self.head.weight.dtype)).float()

@@ -15,7 +15,7 @@ from ..attention.dispatch import AttentionDispatch
 from ..config import DiTConfig
 from .block import Head, WanBlock
 from .embeddings import pad_context, patchify, time_embed, unpatchify
-from .rope import rope_cos_sin
+from .rope import rope_frequencies
 
 
 class WanDiT(nn.Module):
@@ -80,8 +80,8 @@ class WanDiT(nn.Module):
         h = tokens.float()  # residual stream [B, L, D], float32
         e, e0 = self.embed_time(t, b)
         ctx = self.embed_text(context, b)
-        rope = rope_cos_sin(grid, c.rope_dims, c.rope_theta, device=x.device)
+        freqs = rope_frequencies(grid, c.rope_dims, c.rope_theta, device=x.device)
         for i, block in enumerate(self.blocks):
-            h = block(h, e0, ctx, rope, self.attention, i)
+            h = block(h, e0, ctx, freqs, self.attention, i)
         out = self.head(h, e)
         return unpatchify(out, grid, c.patch_size, c.out_dim)

@@ -33,21 +33,21 @@ def rope_angles(
     return torch.cat(parts, dim=-1).reshape(-1, sum(dims) // 2)
 
 
-def rope_cos_sin(
+def rope_frequencies(
     grid: tuple[int, int, int], dims: tuple[int, int, int], theta: float = 10000.0,
     device: torch.device | str | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 ``(cos, sin)``, each ``[L, d/2]``, angles computed in float64 as the official code does."""
+) -> torch.Tensor:
+    """complex64 rotations ``exp(i * angle)``, ``[L, d/2]``; angles computed in float64 as the official code."""
     ang = rope_angles(grid, dims, theta)
-    return ang.cos().float().to(device), ang.sin().float().to(device)
+    return torch.polar(torch.ones_like(ang), ang).to(torch.complex64).to(device)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate interleaved pairs of ``x`` ``[B, L, N, d]`` by ``cos/sin`` ``[L, d/2]``; computed in float32."""
-    dtype = x.dtype
-    xf = x.float().unflatten(-1, (-1, 2))  # [B, L, N, d/2, 2]
-    xe, xo = xf[..., 0], xf[..., 1]
-    c = cos[None, :, None, :]
-    s = sin[None, :, None, :]
-    out = torch.stack((xe * c - xo * s, xe * s + xo * c), dim=-1)
-    return out.flatten(-2).to(dtype)
+def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """Rotate interleaved pairs of ``x [B, L, N, d]`` by ``freqs [L, d/2]`` (complex); returns ``[B, N, L, d]``.
+
+    The result is contiguous in the attention layout, computed in float32 and cast back to ``x.dtype``.
+    """
+    b, L, n, d = x.shape
+    xc = x.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)  # [B, N, L, d]
+    rot = torch.view_as_complex(xc.view(b, n, L, d // 2, 2)) * freqs
+    return torch.view_as_real(rot).view(b, n, L, d).to(x.dtype)
