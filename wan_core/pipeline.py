@@ -36,6 +36,7 @@ class GenerationConfig:
     convention: str = "official"  # "official" (integer timesteps) | "comfyui" (float) | "dpm" | "custom"
     sigmas: tuple[float, ...] | None = None
     denoise: float = 1.0
+    integer_timesteps: bool | None = None  # None = the convention's own (official: int, comfyui/custom: float)
     batched_cfg: bool = False  # one forward of batch 2 instead of two of batch 1 (faster, more memory)
 
     def replace(self, **changes) -> "GenerationConfig":
@@ -53,9 +54,9 @@ class GenerationConfig:
 
     def schedule_config(self) -> ScheduleConfig:
         if self.sigmas is not None:
-            return ScheduleConfig.from_sigmas(self.sigmas)
+            return ScheduleConfig.from_sigmas(self.sigmas, integer_timesteps=bool(self.integer_timesteps))
         return ScheduleConfig(steps=self.steps, shift=self.shift, convention=self.convention,
-                              denoise=self.denoise)
+                              denoise=self.denoise, integer_timesteps=self.integer_timesteps)
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad setting and the nearest valid values."""

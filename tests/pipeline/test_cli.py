@@ -1,0 +1,59 @@
+"""The main job: ``python -m wan_core generate`` on the tiny-random preset writes a playable video."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "wan_core", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd)
+
+
+def test_generate_tiny_random_writes_playable_mp4(tmp_path):
+    av = pytest.importorskip("av")
+    out = tmp_path / "x.mp4"
+    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "a fox in the snow", "--out", str(out),
+                  "--frames", "9", "--width", "64", "--height", "48", "--steps", "3")
+    assert res.returncode == 0, res.stderr
+    assert "RANDOM weights" in res.stderr
+    with av.open(str(out)) as container:
+        frames = list(container.decode(video=0))
+    assert len(frames) == 9
+    assert (frames[0].width, frames[0].height) == (64, 48)
+
+
+def test_generate_webp_and_png_folder(tmp_path):
+    from PIL import Image
+
+    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "a.webp"),
+                  "--frames", "5", "--steps", "2")
+    assert res.returncode == 0, res.stderr
+    with Image.open(tmp_path / "a.webp") as im:
+        assert im.n_frames == 5 and im.size == (64, 64)
+    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "frames"),
+                  "--frames", "5", "--steps", "2")
+    assert res.returncode == 0, res.stderr
+    assert len(list((tmp_path / "frames").glob("*.png"))) == 5
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--frames", "80"], "nearest valid: 77 or 81"),
+    (["--width", "830"], "multiple of 16; nearest valid: 816 or 832"),
+    (["--steps", "0"], "steps=0"),
+    (["--solver", "heun"], "invalid choice: 'heun'"),
+    (["--guidance", "-1"], "guidance=-1.0"),
+])
+def test_bad_flags_give_one_line_and_exit_2(tmp_path, flags, message):
+    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "x.mp4"), *flags)
+    assert res.returncode == 2
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], res.stderr
+
+
+def test_missing_models_is_one_line_error(tmp_path):
+    res = run_cli("generate", "--prompt", "x", "--out", str(tmp_path / "x.mp4"))
+    assert res.returncode == 2
+    assert "--dit" in res.stderr and len(res.stderr.strip().splitlines()) == 1
