@@ -1,0 +1,191 @@
+"""One declaration per node, turned into a V3 ``io.ComfyNode`` or a V1 class (comfyui.md 6.2-6.3).
+
+A node is a ``NodeSpec``: its inputs and outputs as data and a plain Python function that takes the inputs as
+keyword arguments and returns a tuple of outputs. Tests call the function directly without ComfyUI.
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
+
+
+@dataclass(frozen=True)
+class Input:
+    """A node input: a widget (INT/FLOAT/STRING/BOOLEAN/COMBO) or a socket (LATENT, IMAGE, WANCORE_*)."""
+
+    name: str
+    type: str
+    default: Any = None
+    min: float | None = None
+    max: float | None = None
+    step: float | None = None
+    options: Sequence[str] | Callable[[], Sequence[str]] | None = None  # COMBO choices (callable: read live)
+    tooltip: str = ""
+    optional: bool = False
+    multiline: bool = False
+    control_after_generate: bool = False
+    advanced: bool = False
+
+    @property
+    def is_widget(self) -> bool:
+        return self.type in WIDGET_TYPES
+
+    def choices(self) -> list[str]:
+        opts = self.options() if callable(self.options) else self.options
+        return list(opts or [])
+
+
+@dataclass(frozen=True)
+class Output:
+    type: str
+    name: str
+    tooltip: str = ""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    node_id: str
+    display_name: str
+    category: str
+    description: str
+    inputs: tuple[Input, ...]
+    outputs: tuple[Output, ...]
+    fn: Callable[..., tuple]
+    output_node: bool = False
+    validate: Callable[..., bool | str] | None = None  # explicit parameters; True or a message (pre-queue check)
+    search_aliases: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        names = [i.name for i in self.inputs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.node_id}: duplicate input names")
+
+    def run(self, **kwargs) -> tuple:
+        out = self.fn(**kwargs)
+        if not isinstance(out, tuple) or len(out) != len(self.outputs):
+            raise TypeError(f"{self.node_id}: function returned {type(out).__name__}, expected a tuple of "
+                            f"{len(self.outputs)} output(s)")
+        return out
+
+    def signature_mismatches(self) -> list[str]:
+        """Differences between declared inputs and the function's parameters (tested for every node)."""
+        params = inspect.signature(self.fn).parameters
+        problems = []
+        for i in self.inputs:
+            p = params.get(i.name)
+            if p is None:
+                problems.append(f"input {i.name!r} is not a parameter of {self.fn.__name__}")
+            elif i.optional and p.default is inspect.Parameter.empty:
+                problems.append(f"optional input {i.name!r} has no default in {self.fn.__name__}")
+        declared = {i.name for i in self.inputs}
+        for name, p in params.items():
+            if name not in declared and p.default is inspect.Parameter.empty and p.kind not in (
+                    p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                problems.append(f"parameter {name!r} of {self.fn.__name__} is not declared as an input")
+        return problems
+
+
+# ---------------------------------------------------------------- V1 (NODE_CLASS_MAPPINGS)
+
+def _v1_input(i: Input):
+    opts: dict[str, Any] = {}
+    if i.tooltip:
+        opts["tooltip"] = i.tooltip
+    if i.default is not None:
+        opts["default"] = i.default
+    for key in ("min", "max", "step"):
+        if getattr(i, key) is not None:
+            opts[key] = getattr(i, key)
+    if i.multiline:
+        opts["multiline"] = True
+    if i.control_after_generate:
+        opts["control_after_generate"] = True
+    if i.advanced:
+        opts["advanced"] = True
+    if i.type == "COMBO":
+        return (i.choices(), opts)
+    return (i.type, opts)
+
+
+def v1_class(spec: NodeSpec) -> type:
+    """A V1 node class (``INPUT_TYPES``, ``RETURN_TYPES``, ``FUNCTION``) for ``spec``."""
+
+    def input_types(cls):
+        req = {i.name: _v1_input(i) for i in spec.inputs if not i.optional}
+        opt = {i.name: _v1_input(i) for i in spec.inputs if i.optional}
+        return {"required": req, "optional": opt} if opt else {"required": req}
+
+    def execute(self, **kwargs):
+        return spec.run(**kwargs)
+
+    return type(spec.node_id, (), {
+        "INPUT_TYPES": classmethod(input_types),
+        "RETURN_TYPES": tuple(o.type for o in spec.outputs),
+        "RETURN_NAMES": tuple(o.name for o in spec.outputs),
+        "OUTPUT_TOOLTIPS": tuple(o.tooltip for o in spec.outputs),
+        "FUNCTION": "execute",
+        "CATEGORY": spec.category,
+        "DESCRIPTION": spec.description,
+        "OUTPUT_NODE": spec.output_node,
+        "SPEC": spec,
+        "execute": execute,
+        **({"VALIDATE_INPUTS": staticmethod(spec.validate)} if spec.validate else {}),
+    })
+
+
+# ---------------------------------------------------------------- V3 (comfy_api.latest)
+
+def _v3_type(io, type_name: str):
+    builtin = {"INT": io.Int, "FLOAT": io.Float, "STRING": io.String, "BOOLEAN": io.Boolean, "COMBO": io.Combo,
+               "LATENT": io.Latent, "IMAGE": io.Image, "MASK": io.Mask}
+    return builtin.get(type_name) or io.Custom(type_name)
+
+
+def _v3_input(io, i: Input):
+    kw: dict[str, Any] = {"optional": i.optional}
+    if i.tooltip:
+        kw["tooltip"] = i.tooltip
+    if i.advanced:
+        kw["advanced"] = True
+    t = _v3_type(io, i.type)
+    if i.type == "COMBO":
+        return t.Input(i.name, options=i.choices(), default=i.default, **kw)
+    if i.type in ("INT", "FLOAT"):
+        for key in ("min", "max", "step"):
+            if getattr(i, key) is not None:
+                kw[key] = getattr(i, key)
+        if i.control_after_generate:
+            kw["control_after_generate"] = True
+        return t.Input(i.name, default=i.default, **kw)
+    if i.type == "STRING":
+        return t.Input(i.name, default=i.default, multiline=i.multiline, **kw)
+    if i.type == "BOOLEAN":
+        return t.Input(i.name, default=i.default, **kw)
+    return t.Input(i.name, **kw)
+
+
+def v3_class(spec: NodeSpec, io) -> type:
+    """A V3 ``io.ComfyNode`` subclass for ``spec`` (``io`` = ``comfy_api.latest.io``)."""
+
+    def define_schema(cls):
+        return io.Schema(
+            node_id=spec.node_id, display_name=spec.display_name, category=spec.category,
+            description=spec.description, inputs=[_v3_input(io, i) for i in spec.inputs],
+            outputs=[_v3_type(io, o.type).Output(display_name=o.name, tooltip=o.tooltip or None)
+                     for o in spec.outputs],
+            is_output_node=spec.output_node, search_aliases=list(spec.search_aliases),
+        )
+
+    def execute(cls, **kwargs):
+        return io.NodeOutput(*spec.run(**kwargs))
+
+    return type(spec.node_id, (io.ComfyNode,), {
+        "define_schema": classmethod(define_schema),
+        "execute": classmethod(execute),
+        "SPEC": spec,
+        **({"validate_inputs": staticmethod(spec.validate)} if spec.validate else {}),
+    })

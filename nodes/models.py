@@ -1,0 +1,94 @@
+"""Loader nodes: DiT, VAE and text encoder from ComfyUI's model folders (DESIGN.md section 5)."""
+from __future__ import annotations
+
+import torch
+
+import wan_core
+
+from . import host
+from .declare import Input, NodeSpec, Output
+
+CATEGORY = "WanCore/loaders"
+DTYPES = {"auto": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _dtype_for(choice: str, device: torch.device) -> torch.dtype | None:
+    """``auto``: bf16 on accelerators; on CPU the stored dtype (fp16 is upcast to fp32 there, as ComfyUI does)."""
+    if choice != "auto":
+        return DTYPES[choice]
+    return torch.bfloat16 if device.type != "cpu" else torch.float32
+
+
+def load_model(model_name: str, weight_dtype: str = "auto", attention: str = "sdpa",
+               device: str = "auto"):
+    path = host.model_path("diffusion_models", model_name)
+    target = host.torch_device() if device == "auto" else torch.device("cpu")
+    dit = wan_core.load_dit(path, dtype=_dtype_for(weight_dtype, target), device="cpu", attention=attention)
+    dit.wancore_device = target  # where the sampler runs it; it rests on the offload device in between
+    return (dit,)
+
+
+def load_vae(vae_name: str, dtype: str = "auto"):
+    path = host.model_path("vae", vae_name)
+    device = host.torch_device()
+    vae = wan_core.load_vae(path, dtype=_dtype_for(dtype, device), device="cpu")
+    vae.wancore_device = device
+    return (vae,)
+
+
+def load_text_encoder(text_encoder_name: str, tokenizer: str = "", device: str = "default", dtype: str = "auto"):
+    path = host.model_path("text_encoders", text_encoder_name)
+    target = host.torch_device() if device == "default" else torch.device("cpu")
+    te = wan_core.load_text_encoder(path, tokenizer=tokenizer.strip() or None,
+                                    dtype=_dtype_for(dtype, target), device="cpu")
+    te.wancore_device = target
+    return (te,)
+
+
+MODEL_LOADER = NodeSpec(
+    node_id="WanCoreModelLoader", display_name="WanCore Load Diffusion Model", category=CATEGORY,
+    description="Loads a Wan 2.1 text-to-video DiT (official, ComfyUI or diffusers layout; fp32/fp16/bf16/fp8 "
+                "and fp8 'scaled' files) from models/diffusion_models.",
+    inputs=(
+        Input("model_name", "COMBO", options=lambda: host.list_models("diffusion_models"),
+              tooltip="e.g. wan2.1_t2v_1.3B_fp16.safetensors"),
+        Input("weight_dtype", "COMBO", default="auto", options=tuple(DTYPES),
+              tooltip="auto: bf16 on GPU, fp32 on CPU; fp8 files are dequantised to the chosen dtype"),
+        Input("attention", "COMBO", default="sdpa", options=("sdpa",),
+              tooltip="attention backend (sdpa = PyTorch scaled_dot_product_attention)"),
+        Input("device", "COMBO", default="auto", options=("auto", "cpu"),
+              tooltip="auto: ComfyUI's GPU while sampling, offloaded in between"),
+    ),
+    outputs=(Output("WANCORE_MODEL", "model"),),
+    fn=load_model,
+)
+
+VAE_LOADER = NodeSpec(
+    node_id="WanCoreVAELoader", display_name="WanCore Load VAE", category=CATEGORY,
+    description="Loads the Wan 2.1 video VAE (Wan2.1_VAE.pth, wan_2.1_vae.safetensors or a diffusers folder).",
+    inputs=(
+        Input("vae_name", "COMBO", options=lambda: host.list_models("vae"), tooltip="e.g. wan_2.1_vae.safetensors"),
+        Input("dtype", "COMBO", default="auto", options=tuple(DTYPES)),
+    ),
+    outputs=(Output("WANCORE_VAE", "vae"),),
+    fn=load_vae,
+)
+
+TEXT_ENCODER_LOADER = NodeSpec(
+    node_id="WanCoreTextEncoderLoader", display_name="WanCore Load Text Encoder", category=CATEGORY,
+    description="Loads the umT5-XXL text encoder (ComfyUI umt5_xxl_*.safetensors with embedded tokenizer, "
+                "fp16/bf16/fp8 scaled, or the official .pth with a tokenizer folder).",
+    inputs=(
+        Input("text_encoder_name", "COMBO", options=lambda: host.list_models("text_encoders"),
+              tooltip="e.g. umt5_xxl_fp8_e4m3fn_scaled.safetensors"),
+        Input("tokenizer", "STRING", default="", optional=True,
+              tooltip="folder with spiece.model or tokenizer.json; empty = the one embedded in the file"),
+        Input("device", "COMBO", default="default", options=("default", "cpu"), optional=True,
+              tooltip="cpu keeps the 5.7B encoder off the GPU"),
+        Input("dtype", "COMBO", default="auto", options=tuple(DTYPES), optional=True),
+    ),
+    outputs=(Output("WANCORE_TEXT_ENCODER", "text_encoder"),),
+    fn=load_text_encoder,
+)
+
+NODES = (MODEL_LOADER, VAE_LOADER, TEXT_ENCODER_LOADER)

@@ -1,0 +1,83 @@
+"""Sampler node: flow-matching sampling of a Wan 2.1 latent with CFG, per-step progress and latent preview.
+
+Takes and returns raw VAE latents (ComfyUI's LATENT convention); the DiT sees normalised ones inside.
+"""
+from __future__ import annotations
+
+import torch
+
+from wan_core import latent_format
+from wan_core.pipeline import GenerationConfig, WanPipeline
+from wan_core.sampling import SOLVER_NAMES
+
+from . import host
+from .declare import Input, NodeSpec, Output
+
+SCHEDULES = {"official": "official", "comfyui": "comfyui"}
+
+
+def _preview(x0: torch.Tensor):
+    """A PIL image of the middle latent frame of sample 0 (Wan 2.1 latent->RGB factors)."""
+    from PIL import Image
+
+    rgb = latent_format.preview_rgb(x0[:1, :, x0.shape[2] // 2: x0.shape[2] // 2 + 1])[0, 0]
+    return Image.fromarray((rgb * 255).round().to(torch.uint8).cpu().numpy())
+
+
+def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, guidance: float = 5.0,
+           shift: float = 5.0, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0):
+    z = latent["samples"]
+    if z.dim() != 5 or z.shape[1] != latent_format.CHANNELS:
+        raise ValueError(f"latent: expected a Wan video latent [B, 16, T, H, W], got shape {list(z.shape)}")
+    b, _, t, h, w = z.shape
+    cfg = GenerationConfig(width=w * 8, height=h * 8, frames=(t - 1) * 4 + 1, steps=steps, guidance=guidance,
+                           shift=shift, solver=solver, seed=seed, convention=SCHEDULES[schedule],
+                           denoise=denoise)
+    cfg.validate()
+    cond = embeds["cond"] * b if len(embeds["cond"]) == 1 else embeds["cond"]
+    uncond = embeds["uncond"] * b if len(embeds["uncond"]) == 1 else embeds["uncond"]
+    if len(cond) != b:
+        raise ValueError(f"embeds hold {len(cond)} prompts but the latent batch is {b}")
+    start = z if denoise < 1.0 else None
+    if start is not None and not start.abs().sum() > 0:
+        raise ValueError("denoise < 1 needs a latent to start from (e.g. from WanCore VAE Encode), not an empty one")
+    callback, bar = host.progress_callback(steps, "sampling", preview=_preview)
+    with host.on_device(model) as dit, torch.inference_mode(), bar:
+        pipe = WanPipeline(dit=dit)
+        device = dit.device
+        out = pipe.sample_latents([c.to(device) for c in cond],
+                                  [u.to(device) for u in uncond] if guidance != 1.0 else None, cfg,
+                                  latent=start, callback=callback, interrupt=_interrupt)
+    return ({"samples": out.to(host.intermediate_device()), "downscale_ratio_spacial": 8},)
+
+
+def _interrupt() -> bool:
+    host.check_interrupt()  # raises to stop (ComfyUI's exception inside ComfyUI, host.Interrupted outside)
+    return False
+
+
+SAMPLER = NodeSpec(
+    node_id="WanCoreSampler", display_name="WanCore Sampler", category="WanCore/sampling",
+    description="Samples a Wan 2.1 video latent: flow matching with classifier-free guidance (UniPC by "
+                "default, as Wan's official sampler). Latent in and out are raw VAE latents, so ComfyUI's native "
+                "VAE Decode and empty-latent nodes interoperate.",
+    inputs=(
+        Input("model", "WANCORE_MODEL"),
+        Input("embeds", "WANCORE_EMBEDS"),
+        Input("latent", "LATENT", tooltip="an empty latent (text-to-video) or an encoded video (denoise < 1)"),
+        Input("seed", "INT", default=0, min=0, max=2**64 - 1, control_after_generate=True),
+        Input("steps", "INT", default=30, min=1, max=1000, tooltip="official: 50; 30 is a common choice"),
+        Input("guidance", "FLOAT", default=5.0, min=0.0, max=30.0, step=0.1,
+              tooltip="classifier-free guidance scale; 1 = single pass (no negative prompt)"),
+        Input("shift", "FLOAT", default=5.0, min=0.01, max=100.0, step=0.1,
+              tooltip="time shift: official 5.0; 1.3B users often 8-12"),
+        Input("solver", "COMBO", default="unipc", options=tuple(SOLVER_NAMES)),
+        Input("schedule", "COMBO", default="official", options=tuple(SCHEDULES),
+              tooltip="official: Wan's grid with integer timesteps; comfyui: ComfyUI's simple schedule"),
+        Input("denoise", "FLOAT", default=1.0, min=0.01, max=1.0, step=0.01),
+    ),
+    outputs=(Output("LATENT", "latent"),),
+    fn=sample,
+)
+
+NODES = (SAMPLER,)

@@ -1,0 +1,79 @@
+"""VAE nodes: decode raw latents to IMAGE frames (streamed, optionally tiled) and encode frames to latents."""
+from __future__ import annotations
+
+import torch
+
+from wan_core.vae.image import image_to_video, video_to_image
+
+from . import host
+from .declare import Input, NodeSpec, Output
+
+CATEGORY = "WanCore/vae"
+
+
+def _decode_progress(total_hint: int = 1):
+    bar = host.Progress(total_hint, "decoding")
+
+    def progress(done: int, total: int) -> None:
+        bar.update(done, total=total)
+
+    return progress, bar
+
+
+def decode(vae, samples: dict, tiling: str = "auto", tile_size: int = 256, overlap: int = 64):
+    z = samples["samples"]
+    if z.dim() != 5:
+        raise ValueError(f"samples: expected a video latent [B, 16, T, H, W], got shape {list(z.shape)}")
+    if tile_size % 8 or overlap % 8 or overlap >= tile_size:
+        raise ValueError(f"tile_size={tile_size}, overlap={overlap}: both must be multiples of 8 pixels and "
+                         f"overlap < tile_size")
+    progress, bar = _decode_progress()
+    with host.on_device(vae) as v, torch.inference_mode(), bar:
+        video = v.decode(z.to(v.device, v.dtype), tiling=tiling, tile=tile_size // 8, overlap=overlap // 8,
+                         progress=progress, interrupt=host.check_interrupt)
+    return (video_to_image(video).to(host.intermediate_device()),)
+
+
+def encode(vae, image: torch.Tensor, tiling: str = "auto"):
+    t = image.shape[0]
+    if (t - 1) % 4:
+        lo = t - (t - 1) % 4
+        raise ValueError(f"image: {t} frames; the VAE needs 4n+1 frames (e.g. {lo} or {lo + 4}); trim the batch")
+    progress, bar = _decode_progress()
+    with host.on_device(vae) as v, torch.inference_mode(), bar:
+        z = v.encode(image_to_video(image).to(v.device, v.dtype), tiling=tiling, progress=progress,
+                     interrupt=host.check_interrupt)
+    return ({"samples": z.to(host.intermediate_device()), "downscale_ratio_spacial": 8},)
+
+
+DECODE = NodeSpec(
+    node_id="WanCoreDecode", display_name="WanCore VAE Decode", category=CATEGORY,
+    description="Decodes Wan 2.1 latents (ours or ComfyUI's native) to frames, one latent frame at a time so "
+                "memory stays flat in video length; tiling bounds memory in resolution (auto: on out-of-memory).",
+    inputs=(
+        Input("vae", "WANCORE_VAE"),
+        Input("samples", "LATENT"),
+        Input("tiling", "COMBO", default="auto", options=("auto", "on", "off"),
+              tooltip="auto: untiled, tiled if it runs out of memory"),
+        Input("tile_size", "INT", default=256, min=64, max=4096, step=8, tooltip="tile size in pixels",
+              advanced=True),
+        Input("overlap", "INT", default=64, min=0, max=1024, step=8, tooltip="tile overlap in pixels",
+              advanced=True),
+    ),
+    outputs=(Output("IMAGE", "images"),),
+    fn=decode,
+)
+
+ENCODE = NodeSpec(
+    node_id="WanCoreEncode", display_name="WanCore VAE Encode", category=CATEGORY,
+    description="Encodes frames (IMAGE, 4n+1 frames, sizes multiple of 8) to raw Wan 2.1 latents.",
+    inputs=(
+        Input("vae", "WANCORE_VAE"),
+        Input("image", "IMAGE"),
+        Input("tiling", "COMBO", default="auto", options=("auto", "on", "off")),
+    ),
+    outputs=(Output("LATENT", "latent"),),
+    fn=encode,
+)
+
+NODES = (DECODE, ENCODE)
