@@ -168,6 +168,17 @@ def _v3_input(io, i: Input):
     return t.Input(i.name, **kw)
 
 
+def _with_explicit_params(fn: Callable) -> Callable:
+    """``lambda cls, a, b: fn(a=a, b=b)``: ComfyUI reads the validator's argument names with
+    ``inspect.getfullargspec`` (which ignores ``__signature__``) to decide which inputs to pass, and V3
+    needs a classmethod. The names come from our own declarations, never from user data."""
+    params = list(inspect.signature(fn).parameters)
+    if not all(p.isidentifier() for p in params):
+        raise ValueError(f"validator {fn.__name__} has unusual parameter names: {params}")
+    call = ", ".join(f"{p}={p}" for p in params)
+    return eval(f"lambda cls, {', '.join(params)}: _fn({call})", {"_fn": fn})  # noqa: S307
+
+
 def v3_class(spec: NodeSpec, io) -> type:
     """A V3 ``io.ComfyNode`` subclass for ``spec`` (``io`` = ``comfy_api.latest.io``)."""
 
@@ -187,5 +198,5 @@ def v3_class(spec: NodeSpec, io) -> type:
         "define_schema": classmethod(define_schema),
         "execute": classmethod(execute),
         "SPEC": spec,
-        **({"validate_inputs": staticmethod(spec.validate)} if spec.validate else {}),
+        **({"validate_inputs": classmethod(_with_explicit_params(spec.validate))} if spec.validate else {}),
     })

@@ -1,0 +1,417 @@
+"""A small, real training loop for velocity models ``model(x, t, context) -> v`` (flow matching).
+
+Uses the objective (loss.py, seed 002 section 4.2.2), the bucket sampler (algorithms.md 1.6) and adaptive
+clipping (1.7) with AdamW, fp32 or bf16 autocast, gradient accumulation and safetensors checkpoints.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Callable, List, Optional, Sequence, Union
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .bucket_sampler import BucketSampler
+from .grad_clip import AdaptiveGradClipper, clear_spike_marker, read_spike_marker
+from .loss import flow_matching_loss
+
+__all__ = ["TrainConfig", "TrainResult", "train", "collate_latents", "evaluation_loss", "learning_rate",
+           "latest_checkpoint", "save_checkpoint", "load_checkpoint", "SPIKE_MARKER_NAME"]
+
+SPIKE_MARKER_NAME = "spike_marker.json"
+_CKPT_RE = re.compile(r"^step_(\d+)$")
+
+
+@dataclass
+class TrainConfig:
+    """Training settings. Defaults follow the Wan report where it gives one (AdamW, weight decay 1e-3,
+    lr 1e-4, logit-normal timesteps) and algorithms.md 1.7 for clipping.
+
+    precision: "fp32" or "bf16" (autocast; parameters and optimizer state stay fp32).
+    lr_schedule: "constant" or "cosine" (from lr down to lr * min_lr_ratio at max_steps), after a linear
+    warmup of ``warmup_steps``; the rate is a pure function of the step, so resuming needs no state.
+    checkpoint_every: save every N optimizer steps (0: only at the end / on interrupt); ``keep_last``
+    checkpoints are kept (0: all). clip_*: :class:`AdaptiveGradClipper` settings (``adaptive_clip=False``
+    disables clipping). grad_accum: micro-batches per optimizer step (the loss is averaged over them).
+    """
+
+    max_steps: int
+    batch_size: int = 1
+    grad_accum: int = 1
+    lr: float = 1e-4
+    weight_decay: float = 1e-3
+    betas: tuple = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    warmup_steps: int = 0
+    lr_schedule: str = "constant"
+    min_lr_ratio: float = 0.1
+    precision: str = "fp32"
+    timestep_mean: float = 0.0
+    timestep_std: float = 1.0
+    timestep_shift: float = 1.0
+    adaptive_clip: bool = True
+    clip_decay: float = 0.99
+    clip_extreme_floor: float = 5.0
+    clip_first_cap: float = 1.0
+    seed: int = 42
+    same_shape_across_ranks: bool = False
+    checkpoint_dir: Optional[str] = None
+    checkpoint_every: int = 0
+    keep_last: int = 2
+    num_workers: int = 0
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+        if self.max_steps < 0 or self.batch_size < 1 or self.grad_accum < 1:
+            raise ValueError("max_steps >= 0, batch_size >= 1 and grad_accum >= 1 are required")
+
+
+@dataclass
+class TrainResult:
+    """``step``: optimizer steps done in total; ``data_step``: position in the data stream (optimizer-step
+    units; larger than ``step`` after a spike skip); per-step lists for the steps run in this call;
+    ``interrupted``: stopped by the interrupt callable; ``checkpoint``: last directory written."""
+
+    step: int
+    data_step: int
+    losses: List[float] = field(default_factory=list)
+    grad_norms: List[float] = field(default_factory=list)
+    clip_status: List[str] = field(default_factory=list)
+    interrupted: bool = False
+    checkpoint: Optional[str] = None
+
+
+# ------------------------------------------------------------------------------------------------------
+def collate_latents(items: Sequence):
+    """Collate dataset items ``(latent [C,F,H,W], context)`` or ``{"latent":..., "context":...}``.
+
+    Returns (latents [B,C,F,H,W], context) with context [B,L,D] if all share a shape, else a list of
+    [L_i, D] tensors (the DiT accepts both), or None.
+    """
+    lat, ctx = [], []
+    for it in items:
+        if isinstance(it, dict):
+            lat.append(it["latent"])
+            ctx.append(it.get("context"))
+        elif isinstance(it, (tuple, list)):
+            lat.append(it[0])
+            ctx.append(it[1] if len(it) > 1 else None)
+        else:
+            lat.append(it)
+            ctx.append(None)
+    shapes = {tuple(x.shape) for x in lat}
+    if len(shapes) != 1:
+        raise ValueError(f"a batch mixes latent shapes {sorted(shapes)}; use the BucketSampler")
+    latents = torch.stack(lat)
+    if all(c is None for c in ctx):
+        return latents, None
+    if any(c is None for c in ctx):
+        raise ValueError("some items have a context and others do not")
+    if len({tuple(c.shape) for c in ctx}) == 1:
+        return latents, torch.stack(ctx)
+    return latents, list(ctx)
+
+
+def _dataset_shapes(dataset) -> list:
+    shapes = getattr(dataset, "shapes", None)
+    if shapes is not None:
+        return list(shapes)
+    out = []
+    for i in range(len(dataset)):
+        item = dataset[i]
+        lat = item["latent"] if isinstance(item, dict) else (item[0] if isinstance(item, (tuple, list)) else item)
+        out.append(tuple(lat.shape[1:]))
+    return out
+
+
+def _to(x, device):
+    if x is None:
+        return None
+    if isinstance(x, list):
+        return [c.to(device) for c in x]
+    return x.to(device)
+
+
+def _micro_generator(seed: int, micro: int, rank: int, world: int) -> torch.Generator:
+    # one independent, reproducible stream per (micro-step, rank): resume needs no RNG state
+    return torch.Generator().manual_seed((seed * 0x9E3779B1 + micro * world + rank) % (2 ** 63 - 1))
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    return getattr(model, "module", model)
+
+
+def evaluation_loss(model, latents: torch.Tensor, context=None, *, draws: int = 8, seed: int = 0,
+                    mean: float = 0.0, std: float = 1.0, shift: float = 1.0) -> float:
+    """Mean flow-matching loss over ``draws`` fixed (noise, t) draws; deterministic for a given seed.
+
+    latents: [B, C, F, H, W]. Useful to compare a model before and after training on equal terms.
+    """
+    g = torch.Generator().manual_seed(seed)
+    total = 0.0
+    with torch.no_grad():
+        for _ in range(draws):
+            total += float(flow_matching_loss(model, latents, context, mean=mean, std=std, shift=shift,
+                                              generator=g))
+    return total / draws
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    """Learning rate for optimizer step ``step`` (0-based): linear warmup, then constant or cosine."""
+    if cfg.warmup_steps > 0 and step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.lr_schedule == "cosine" and cfg.max_steps > cfg.warmup_steps:
+        progress = (step - cfg.warmup_steps) / (cfg.max_steps - cfg.warmup_steps)
+        floor = cfg.lr * cfg.min_lr_ratio
+        return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+    return cfg.lr
+
+
+# ------------------------------------------------------------------------------------------------------
+def save_checkpoint(directory: str, model, optimizer, state: dict) -> str:
+    """Write ``model.safetensors``, ``optimizer.pt`` and ``trainer_state.json`` atomically into ``directory``."""
+    from safetensors.torch import save_model
+
+    tmp = directory.rstrip("/\\") + ".tmp"
+    if os.path.exists(tmp):
+        shutil.rmtree(tmp)
+    os.makedirs(tmp)
+    save_model(_unwrap(model), os.path.join(tmp, "model.safetensors"))
+    torch.save(optimizer.state_dict(), os.path.join(tmp, "optimizer.pt"))
+    with open(os.path.join(tmp, "trainer_state.json"), "w", encoding="utf-8") as f:
+        json.dump(state, f, indent=1)
+    if os.path.exists(directory):
+        shutil.rmtree(directory)
+    os.replace(tmp, directory)
+    return directory
+
+
+def load_checkpoint(directory: str, model, optimizer=None, device=None) -> dict:
+    """Load a checkpoint written by :func:`save_checkpoint`; returns the trainer state dict."""
+    from safetensors.torch import load_model
+
+    for name in ("model.safetensors", "trainer_state.json"):
+        if not os.path.exists(os.path.join(directory, name)):
+            raise FileNotFoundError(f"{directory!r} is not a training checkpoint: {name} is missing")
+    missing, unexpected = load_model(_unwrap(model), os.path.join(directory, "model.safetensors"), strict=False,
+                                     device=str(device) if device is not None else "cpu")
+    if missing or unexpected:
+        raise RuntimeError(f"checkpoint {directory!r} does not fit the model: missing {sorted(missing)[:5]}, "
+                           f"unexpected {sorted(unexpected)[:5]}")
+    if optimizer is not None:
+        opt_state = torch.load(os.path.join(directory, "optimizer.pt"), map_location=device or "cpu",
+                               weights_only=True)
+        optimizer.load_state_dict(opt_state)
+    with open(os.path.join(directory, "trainer_state.json"), "r", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def latest_checkpoint(checkpoint_dir: Optional[str]) -> Optional[str]:
+    """The ``step_N`` directory with the largest N in ``checkpoint_dir``, or None."""
+    if not checkpoint_dir or not os.path.isdir(checkpoint_dir):
+        return None
+    best = None
+    for name in os.listdir(checkpoint_dir):
+        m = _CKPT_RE.match(name)
+        if m and os.path.exists(os.path.join(checkpoint_dir, name, "trainer_state.json")):
+            if best is None or int(m.group(1)) > best[0]:
+                best = (int(m.group(1)), name)
+    return None if best is None else os.path.join(checkpoint_dir, best[1])
+
+
+def _prune(checkpoint_dir: str, keep_last: int) -> None:
+    if keep_last <= 0:
+        return
+    found = sorted((int(m.group(1)), n) for n in os.listdir(checkpoint_dir) if (m := _CKPT_RE.match(n)))
+    for _, name in found[:-keep_last]:
+        shutil.rmtree(os.path.join(checkpoint_dir, name), ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------------
+def train(
+    model: torch.nn.Module,
+    dataset: Dataset,
+    config: TrainConfig,
+    *,
+    shapes: Optional[Sequence] = None,
+    collate_fn: Callable = collate_latents,
+    device: Union[str, torch.device, None] = None,
+    resume: Union[str, None] = None,
+    optimizer: Optional[torch.optim.Optimizer] = None,
+    interrupt: Optional[Callable[[], bool]] = None,
+    process_group=None,
+    sharded_grads: Optional[bool] = None,
+) -> TrainResult:
+    """Train ``model(x [B,C,F,H,W], timestep [B] on 0..1000, context) -> v`` with the flow-matching loss.
+
+    dataset[i] -> ``(latent [C,F,H,W], context [L,D] or None)`` or a dict with those keys; latents are the
+    normalised latents the model sees. shapes: per-item bucket keys (default ``dataset.shapes`` or read
+    from the items). resume: None (fresh), "latest" (newest ``step_N`` in ``config.checkpoint_dir``, fresh
+    if none) or a checkpoint directory; a spike marker in ``checkpoint_dir`` moves the data position past
+    the bad batch. interrupt: called after every optimizer step; True (on any rank) saves a checkpoint
+    (if a directory is set) and returns with ``interrupted=True``; pass it on every rank or on none. Under torch.distributed the sampler splits data by rank
+    (wrap the model in DDP/FSDP yourself; ``process_group``/``sharded_grads`` reach the clipper).
+    Raises :class:`GradientSpikeError` on an extreme gradient spike (marker written first).
+    """
+    from tqdm.auto import tqdm
+
+    cfg = config
+    dist = torch.distributed
+    distributed = dist.is_available() and dist.is_initialized()
+    world = dist.get_world_size(process_group) if distributed else 1
+    rank = dist.get_rank(process_group) if distributed else 0
+    is_main = rank == 0
+    if device is None:
+        device = next(model.parameters()).device
+    device = torch.device(device)
+
+    if cfg.checkpoint_dir and any(type(p).__name__ == "DTensor" for p in model.parameters()):
+        raise NotImplementedError(
+            "checkpointing an FSDP2 (DTensor) model is not supported by this loop (it writes one full "
+            "safetensors file); use torch.distributed.checkpoint, or train without checkpoint_dir")
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.adam_eps,
+                                      weight_decay=cfg.weight_decay)
+    marker_path = os.path.join(cfg.checkpoint_dir, SPIKE_MARKER_NAME) if cfg.checkpoint_dir else None
+    clipper = None
+    if cfg.adaptive_clip:
+        clipper = AdaptiveGradClipper(decay=cfg.clip_decay, extreme_floor=cfg.clip_extreme_floor,
+                                      first_cap=cfg.clip_first_cap, marker_path=marker_path,
+                                      sharded=sharded_grads, process_group=process_group)
+
+    # ---- resume
+    step = data_step = 0
+    ckpt = None
+    if resume == "latest":
+        ckpt = latest_checkpoint(cfg.checkpoint_dir)
+    elif resume:
+        ckpt = resume
+    if ckpt is not None:
+        state = load_checkpoint(ckpt, model, optimizer, device=device)
+        step, data_step = int(state["step"]), int(state["data_step"])
+        if int(state.get("world_size", world)) != world:
+            warnings.warn(f"checkpoint {ckpt!r} was written with world size {state.get('world_size')}, resuming "
+                          f"with {world}: the data order differs from an uninterrupted run", stacklevel=2)
+        if clipper is not None and state.get("clipper") is not None:
+            clipper.load_state_dict(state["clipper"])
+    marker = read_spike_marker(marker_path) if (marker_path and resume) else None
+    if marker is not None and marker.get("resume_data_step") is not None:
+        data_step = max(data_step, int(marker["resume_data_step"]))
+
+    # ---- data
+    if shapes is None:
+        shapes = _dataset_shapes(dataset)
+    sampler = BucketSampler(shapes, cfg.batch_size, num_replicas=world, rank=rank, seed=cfg.seed,
+                            grad_accum=cfg.grad_accum, same_shape_across_ranks=cfg.same_shape_across_ranks)
+    sampler.resume(data_step)
+
+    def micro_batches():
+        while True:
+            loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=collate_fn,
+                                num_workers=cfg.num_workers)
+            yield from loader
+            sampler.set_epoch(sampler.epoch + 1)
+
+    stream = micro_batches()
+
+    def autocast():
+        if cfg.precision == "bf16":
+            return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def stop_requested() -> bool:
+        flag = bool(interrupt is not None and interrupt())
+        if distributed:   # every rank must stop at the same step
+            t = torch.tensor([1.0 if flag else 0.0], device=device if dist.get_backend(process_group) == "nccl"
+                             else "cpu")
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=process_group)
+            flag = bool(t.item() > 0)
+        return flag
+
+    result = TrainResult(step=step, data_step=data_step)
+    saved_at = [step if ckpt is not None else None]
+
+    def checkpoint_now():
+        if not cfg.checkpoint_dir:
+            return None
+        saved_at[0] = step
+        path = os.path.join(cfg.checkpoint_dir, f"step_{step:08d}")
+        if is_main:
+            os.makedirs(cfg.checkpoint_dir, exist_ok=True)
+            save_checkpoint(path, model, optimizer, {
+                "step": step, "data_step": data_step,
+                "clipper": clipper.state_dict() if clipper is not None else None,
+                "config": {k: v for k, v in asdict(cfg).items()}, "world_size": world,
+            })
+            _prune(cfg.checkpoint_dir, cfg.keep_last)
+            m = read_spike_marker(marker_path) if marker_path else None
+            if m is not None and m.get("resume_data_step") is not None and m["resume_data_step"] <= data_step:
+                clear_spike_marker(marker_path)
+        if distributed:
+            dist.barrier(process_group)
+        return path
+
+    model.train()
+    bar = tqdm(total=cfg.max_steps, initial=step, disable=not (cfg.progress and is_main), desc="train",
+               dynamic_ncols=True)
+    try:
+        while step < cfg.max_steps:
+            lr = learning_rate(cfg, step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for j in range(cfg.grad_accum):
+                latents, context = next(stream)
+                latents, context = _to(latents, device), _to(context, device)
+                gen = _micro_generator(cfg.seed, data_step * cfg.grad_accum + j, rank, world)
+                sync = (j == cfg.grad_accum - 1) or not hasattr(model, "no_sync")
+                with (contextlib.nullcontext() if sync else model.no_sync()):
+                    with autocast():
+                        loss = flow_matching_loss(model, latents, context, mean=cfg.timestep_mean,
+                                                  std=cfg.timestep_std, shift=cfg.timestep_shift, generator=gen)
+                    (loss / cfg.grad_accum).backward()
+                step_loss += float(loss.detach()) / cfg.grad_accum
+            if clipper is not None:
+                clip = clipper.clip_(model, step=data_step)
+                norm, status = clip.grad_norm, clip.status
+            else:
+                if not math.isfinite(step_loss):
+                    raise FloatingPointError(f"loss is {step_loss} at data step {data_step} (adaptive clipping, "
+                                             "which would stop with a resumable marker, is off)")
+                norm, status = float("nan"), "off"
+            optimizer.step()
+            step += 1
+            data_step += 1
+            result.losses.append(step_loss)
+            result.grad_norms.append(norm)
+            result.clip_status.append(status)
+            if clipper is not None:
+                tau = clipper.thresholds()[0]
+                bar.set_postfix(loss=f"{step_loss:.4g}", gnorm=f"{norm:.3g}",
+                                clip_at=f"{tau:.3g}" if math.isfinite(tau) else "-", n_clip=clipper.num_clipped)
+            else:
+                bar.set_postfix(loss=f"{step_loss:.4g}")
+            bar.update(1)
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                result.checkpoint = checkpoint_now()
+            if interrupt is not None and stop_requested():
+                result.interrupted = True
+                break
+    finally:
+        bar.close()
+    result.step, result.data_step = step, data_step
+    if saved_at[0] != step:
+        result.checkpoint = checkpoint_now()
+    return result
