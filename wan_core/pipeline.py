@@ -79,19 +79,30 @@ def nearest_valid(value: int, multiple: int, offset: int = 0) -> tuple[int, int]
     return below, above
 
 
-def check_video_size(width: int, height: int, frames: int) -> None:
-    """Frames must be 4n+1 and width/height multiples of 16 (the DiT's 2x2 patches on the 8x latents)."""
+def video_size_problems(width: int, height: int, frames: int) -> list[str]:
+    """Every problem with a requested video size, each naming the setting and the nearest valid values."""
+    problems = []
     for name, value in (("width", width), ("height", height), ("frames", frames)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r}: must be a positive integer")
-    if (frames - 1) % 4:
-        lo, hi = nearest_valid(frames, 4, 1)
-        raise ValueError(f"frames={frames}: the frame count must be 4n+1 (Wan's VAE compresses time 4x "
-                         f"after the first frame); nearest valid: {lo} or {hi}")
+            problems.append(f"{name}={value!r}: must be a positive integer")
+    if problems:
+        return problems
     for name, value in (("width", width), ("height", height)):
         if value % 16:
             lo, hi = nearest_valid(value, 16)
-            raise ValueError(f"{name}={value}: must be a multiple of 16; nearest valid: {lo} or {hi}")
+            problems.append(f"{name}={value}: must be a multiple of 16; nearest valid: {lo} or {hi}")
+    if (frames - 1) % 4:
+        lo, hi = nearest_valid(frames, 4, 1)
+        problems.append(f"frames={frames}: the frame count must be 4n+1 (Wan's VAE compresses time 4x "
+                        f"after the first frame); nearest valid: {lo} or {hi}")
+    return problems
+
+
+def check_video_size(width: int, height: int, frames: int) -> None:
+    """Frames must be 4n+1 and width/height multiples of 16 (the DiT's 2x2 patches on the 8x latents)."""
+    problems = video_size_problems(width, height, frames)
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 class WanPipeline:
