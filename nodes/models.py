@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 import wan_core
+from wan_core.checkpoint import CheckpointError
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -17,6 +18,33 @@ def _dtype_for(choice: str, device: torch.device) -> torch.dtype | None:
     if choice != "auto":
         return DTYPES[choice]
     return torch.bfloat16 if device.type != "cpu" else torch.float32
+
+
+def _check_file(folder: str, input_name: str, name: str, opener=None) -> bool | str:
+    """Pre-queue check of a model-file input: the file exists (and ``opener`` accepts it); else a message that
+    names the input, the folder and the files there (the combo check ComfyUI skips once we validate it)."""
+    try:
+        path = host.model_path(folder, name)
+        if opener is not None:
+            opener(path)
+    except (FileNotFoundError, CheckpointError) as e:
+        return f"{input_name}: {e}"
+    return True
+
+
+def validate_model(model_name: str) -> bool | str:
+    from wan_core.dit.loader import official_state_dict  # safetensors / folders: reads headers only
+
+    pickled = model_name.lower().endswith((".pth", ".pt", ".ckpt", ".bin"))  # would load the whole file
+    return _check_file("diffusion_models", "model_name", model_name, None if pickled else official_state_dict)
+
+
+def validate_vae(vae_name: str) -> bool | str:
+    return _check_file("vae", "vae_name", vae_name)
+
+
+def validate_text_encoder(text_encoder_name: str) -> bool | str:
+    return _check_file("text_encoders", "text_encoder_name", text_encoder_name)
 
 
 def load_model(model_name: str, weight_dtype: str = "auto", attention: str = "sdpa",
@@ -61,6 +89,7 @@ MODEL_LOADER = NodeSpec(
     ),
     outputs=(Output("WANCORE_MODEL", "model"),),
     fn=load_model,
+    validate=validate_model,
 )
 
 VAE_LOADER = NodeSpec(
@@ -72,6 +101,7 @@ VAE_LOADER = NodeSpec(
     ),
     outputs=(Output("WANCORE_VAE", "vae"),),
     fn=load_vae,
+    validate=validate_vae,
 )
 
 TEXT_ENCODER_LOADER = NodeSpec(
@@ -89,6 +119,7 @@ TEXT_ENCODER_LOADER = NodeSpec(
     ),
     outputs=(Output("WANCORE_TEXT_ENCODER", "text_encoder"),),
     fn=load_text_encoder,
+    validate=validate_text_encoder,
 )
 
 NODES = (MODEL_LOADER, VAE_LOADER, TEXT_ENCODER_LOADER)

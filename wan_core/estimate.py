@@ -1,0 +1,228 @@
+"""Cost estimate of one Wan 2.1 text-to-video generation, in pure Python (no torch): latent shape, tokens,
+attention FLOPs (dense and skiparse), DiT weight and activation memory, and frame/size validity.
+
+The same arithmetic runs in the browser (``web/wancore_estimate.js``; tests keep the two equal), so the
+canvas shows these numbers live on the WanCore empty-latent and sampler nodes before anything is queued.
+Shapes follow wan_spec.md section 2 (patch 1x2x2 on the 8x8-compressed latents, text padded to 512 tokens)
+and skiparse follows algorithms.md 1.1-1.2 (a sparse block costs 1/k of dense on L padded to a multiple of
+k^2). Conventions (also in ``estimate``'s docstring):
+
+* FLOPs count multiply-adds as 2. ``attention_*`` = the self-attention matmuls (QK^T and PV, 4*L^2*D per
+  block); ``cross_attention_flops`` = the same against the 512 text tokens; ``linear_flops`` = the block
+  Linear layers plus patch embedding and head. "Per step" = every DiT forward of one sampling step: two
+  forwards under classifier-free guidance (guidance != 1), one otherwise.
+* Weight memory: every DiT parameter in the weight dtype; ``fp8`` = the block Linear weights in 1 byte
+  (plus one float32 scale per layer), everything else in bf16 (the compute dtype), as ``wan_core.quant``
+  keeps them.
+* Activation memory: the peak inside one block of one forward (forwards of a step run one after the
+  other): float32 residual and normalised input (8*D bytes per token) plus, in the compute dtype, the
+  larger of the attention tensors (q, k, v, output, projection: 5*D) and the FFN (2*ffn + D), for every
+  token of every sample, plus the embedded text. A fused attention kernel (no L x L matrix) is assumed.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+# Released Wan 2.1 T2V DiT sizes (wan_spec.md 1.1; comfyui.md 7.2).
+MODELS: dict[str, dict[str, int]] = {
+    "1.3B": {"dim": 1536, "ffn_dim": 8960, "num_heads": 12, "num_layers": 30},
+    "14B": {"dim": 5120, "ffn_dim": 13824, "num_heads": 40, "num_layers": 40},
+}
+FIXED = {"in_dim": 16, "out_dim": 16, "text_dim": 4096, "freq_dim": 256, "text_len": 512,
+         "patch": (1, 2, 2), "latent_channels": 16, "vae_time": 4, "vae_space": 8}
+DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}  # bytes per stored weight
+SKIPARSE = ("none", "osp13", "suv", "custom")
+SUV_PROFILE = (1, 2, 4, 8, 4, 2, 1)  # Open-Sora Plan v1.5 per-stage ratios (as wan_core.attention.skiparse)
+
+
+# ---------------------------------------------------------------- validity
+
+def nearest_valid(value: int, multiple: int, offset: int = 0) -> tuple[int, int]:
+    """The valid values ``offset + k * multiple`` just below and just above ``value`` (as the pipeline)."""
+    below = max(offset + multiple if offset == 0 else offset, value - (value - offset) % multiple)
+    above = below if (value - offset) % multiple == 0 else below + multiple
+    return below, above
+
+
+def size_problems(width: int, height: int, frames: int) -> list[str]:
+    """One message per invalid value, in the pipeline's order: width and height must be multiples of 16,
+    frames 4n+1 (``wan_core.pipeline.video_size_problems`` words the same checks at more length)."""
+    problems = []
+    for name, value in (("width", width), ("height", height)):
+        if value < 16 or value % 16:
+            lo, hi = nearest_valid(max(value, 1), 16)
+            problems.append(f"{name}={value}: must be a multiple of 16; nearest valid: {lo} or {hi}")
+    if frames < 1 or (frames - 1) % 4:
+        lo, hi = nearest_valid(max(frames, 1), 4, 1)
+        problems.append(f"frames={frames}: must be 4n+1; nearest valid: {lo} or {hi}")
+    return problems
+
+
+# ---------------------------------------------------------------- skiparse schedules (pure Python mirror)
+
+def suv_stage_blocks(num_layers: int, num_stages: int = 7) -> list[int]:
+    """Blocks per SUV stage, a symmetric U (mirror of ``wan_core.attention.skiparse.suv_stage_blocks``)."""
+    weights = [2 * (min(i, num_stages - 1 - i) + 1) for i in range(num_stages)]
+    unit = 2 if num_layers >= 2 * num_stages else 1
+    total = sum(weights)
+    sizes = [max(unit, unit * round(w / total * num_layers / unit)) for w in weights]  # round half to even
+    sizes[num_stages // 2] += num_layers - sum(sizes)
+    if sizes[num_stages // 2] < 1:
+        raise ValueError(f"cannot split {num_layers} blocks into {num_stages} SUV stages")
+    return sizes
+
+
+def skiparse_ks(schedule: str, num_layers: int, k: int = 4, ks: Sequence[int] | None = None) -> list[int]:
+    """Sparse ratio per block (1 = dense) for ``none`` | ``osp13`` (ratio k, first/last two blocks dense) |
+    ``suv`` (the v1.5 U profile) | ``custom`` (``ks`` given)."""
+    if schedule == "none":
+        return [1] * num_layers
+    if schedule == "osp13":
+        return [k if 2 <= i < num_layers - 2 else 1 for i in range(num_layers)]
+    if schedule == "suv":
+        out: list[int] = []
+        for size, ratio in zip(suv_stage_blocks(num_layers, len(SUV_PROFILE)), SUV_PROFILE):
+            out += [ratio] * size
+        return out
+    if schedule == "custom":
+        if ks is None or len(ks) != num_layers:
+            raise ValueError(f"skiparse 'custom' needs one ratio per block ({num_layers})")
+        return [int(v) for v in ks]
+    raise ValueError(f"unknown skiparse schedule {schedule!r}; choose one of {', '.join(SKIPARSE)}")
+
+
+# ---------------------------------------------------------------- parameters and memory
+
+def dit_param_counts(model: str) -> dict[str, int]:
+    """``total`` DiT parameters and ``block_linear`` (the block Linear weights fp8 applies to)."""
+    c = MODELS[model]
+    d, f, n = c["dim"], c["ffn_dim"], c["num_layers"]
+    pt, ph, pw = FIXED["patch"]
+    patch = d * FIXED["in_dim"] * pt * ph * pw + d
+    text = FIXED["text_dim"] * d + d + d * d + d
+    time = FIXED["freq_dim"] * d + d + d * d + d + d * 6 * d + 6 * d
+    block = (6 * d                      # modulation
+             + 4 * (d * d + d) + 2 * d  # self-attention q, k, v, o + norm_q, norm_k
+             + 2 * d                    # norm3 (affine LayerNorm)
+             + 4 * (d * d + d) + 2 * d  # cross-attention
+             + d * f + f + f * d + d)   # FFN
+    head = 2 * d + d * FIXED["out_dim"] * pt * ph * pw + FIXED["out_dim"] * pt * ph * pw
+    return {"total": patch + text + time + n * block + head,
+            "block_linear": n * (8 * d * d + 2 * d * f), "block_linear_layers": n * 10}
+
+
+def weight_bytes(model: str, dtype: str) -> int:
+    """DiT weight memory in bytes for ``dtype`` in fp32 | fp16 | bf16 | fp8."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    p = dit_param_counts(model)
+    if dtype != "fp8":
+        return p["total"] * DTYPES[dtype]
+    return p["block_linear"] + (p["total"] - p["block_linear"]) * 2 + p["block_linear_layers"] * 4
+
+
+def compute_bytes(dtype: str) -> int:
+    """Bytes per activation element: fp32 compute for fp32 weights, else 16-bit (fp8 computes in bf16)."""
+    return 4 if dtype == "fp32" else 2
+
+
+# ---------------------------------------------------------------- the estimate
+
+def estimate(width: int = 832, height: int = 480, frames: int = 81, batch_size: int = 1, model: str = "1.3B",
+             dtype: str = "bf16", skiparse: str = "none", skiparse_k: int = 4,
+             skiparse_custom: Sequence[int] | None = None, steps: int = 30, guidance: float = 5.0) -> dict:
+    """Everything the canvas shows for one setting, as a JSON-able dict.
+
+    ``model``: "1.3B" | "14B"; ``dtype``: weight dtype "fp32" | "fp16" | "bf16" | "fp8"; ``skiparse``:
+    schedule "none" | "osp13" (ratio ``skiparse_k``) | "suv" | "custom" (``skiparse_custom`` per block).
+    Keys: ``valid``/``problems`` (frames 4n+1, sizes multiple of 16), ``latent_shape`` [B, 16, T, H/8, W/8],
+    ``tokens`` (video tokens per sample), ``text_tokens``, ``forwards_per_step``, ``sparse_blocks``,
+    ``attention_flops_dense`` / ``attention_flops`` (self-attention per step, dense / with the schedule),
+    ``attention_ratio``, ``cross_attention_flops``, ``linear_flops``, ``flops_per_step``, ``flops_total``
+    (x steps), ``params``, ``weight_bytes``, ``activation_bytes``, ``peak_bytes`` (weights + activations).
+    FLOPs are floats, counts and bytes ints (see the module docstring for what each one counts).
+    """
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+    c = MODELS[model]
+    d, f, n = c["dim"], c["ffn_dim"], c["num_layers"]
+    problems = size_problems(width, height, frames)
+    t_lat = max(frames - 1, 0) // FIXED["vae_time"] + 1
+    h_lat, w_lat = height // FIXED["vae_space"], width // FIXED["vae_space"]
+    pt, ph, pw = FIXED["patch"]
+    tokens = (t_lat // pt) * (h_lat // ph) * (w_lat // pw)
+    text = FIXED["text_len"]
+    b = batch_size
+    forwards = 1 if guidance == 1 else 2
+
+    ks = skiparse_ks(skiparse, n, skiparse_k, skiparse_custom)
+    dense_block = 4.0 * b * tokens * tokens * d
+    sparse = 0.0
+    for k in ks:
+        if k == 1:
+            sparse += dense_block
+        else:
+            padded = tokens + (k * k - tokens % (k * k)) % (k * k)
+            sparse += 4.0 * b * padded * padded * d / k
+    attn_dense = forwards * n * dense_block
+    attn = forwards * sparse
+    cross = forwards * n * 4.0 * b * tokens * text * d
+    per_block_linear = 2.0 * b * (tokens * (6 * d * d + 2 * d * f) + text * 2 * d * d)
+    embed = 2.0 * b * tokens * d * (FIXED["in_dim"] * pt * ph * pw + FIXED["out_dim"] * pt * ph * pw)
+    linear = forwards * (n * per_block_linear + embed)
+    per_step = attn + cross + linear
+
+    act = compute_bytes(dtype)
+    per_token = 8 * d + act * max(5 * d, 2 * f + d)
+    activation = b * (tokens * per_token + text * d * act)
+    weights = weight_bytes(model, dtype)
+    return {
+        "valid": not problems,
+        "problems": problems,
+        "latent_shape": [b, FIXED["latent_channels"], t_lat, h_lat, w_lat],
+        "tokens": tokens,
+        "text_tokens": text,
+        "forwards_per_step": forwards,
+        "sparse_blocks": sum(1 for k in ks if k > 1),
+        "attention_flops_dense": attn_dense,
+        "attention_flops": attn,
+        "attention_ratio": attn / attn_dense if attn_dense else 1.0,
+        "cross_attention_flops": cross,
+        "linear_flops": linear,
+        "flops_per_step": per_step,
+        "flops_total": per_step * steps,
+        "params": dit_param_counts(model)["total"],
+        "weight_bytes": weights,
+        "activation_bytes": activation,
+        "peak_bytes": weights + activation,
+    }
+
+
+def model_size_from_name(file_name: str) -> str:
+    """"14B" when a file name says so (``wan2.1_t2v_14B_fp8_scaled``), else "1.3B"."""
+    return "14B" if "14b" in file_name.lower() else "1.3B"
+
+
+def format_flops(flops: float) -> str:
+    """``3.95e14`` -> "395 TFLOP" (3 significant digits)."""
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if flops >= scale:
+            return f"{_sig3(flops / scale)} {unit}"
+    return f"{_sig3(flops)} FLOP"
+
+
+def format_bytes(n: float) -> str:
+    """Bytes in GiB / MiB with 3 significant digits."""
+    for unit, scale in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+        if n >= scale:
+            return f"{_sig3(n / scale)} {unit}"
+    return f"{int(n)} B"
+
+
+def _sig3(x: float) -> str:
+    if x >= 100:
+        return str(int(math.floor(x + 0.5)))
+    if x >= 10:
+        return f"{math.floor(x * 10 + 0.5) / 10:.1f}"
+    return f"{math.floor(x * 100 + 0.5) / 100:.2f}"

@@ -1,0 +1,469 @@
+"""Generator of the shipped workflows: one description per graph -> the UI file (``workflows/<name>.json``,
+loads in the ComfyUI canvas) and the API file (``workflows/api/<name>.json``, POSTed to ``/prompt``).
+
+Both formats (comfyui.md section 8) are derived from the node declarations (``nodes.NODE_SPECS`` for ours,
+``core_nodes()`` below for the few ComfyUI core nodes used), so widget order, socket slots and link types can
+never drift from the nodes. The committed JSON must equal this script's output (``tests/nodes/
+test_workflows.py`` checks it). Regenerate after changing a node's inputs or a workflow here:
+
+    python workflows/build.py          # rewrite the JSON files
+    python workflows/build.py --check  # exit 1 if a committed file differs
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS_DIR = ROOT / "workflows"
+PACK_MODULE = "custom_nodes_x_wancore_pack"  # the name ComfyUI-like loaders (and tests/nodes) give the pack
+
+
+def load_pack():
+    """Import the pack by path under a path-like module name, as ComfyUI does (no ComfyUI needed)."""
+    if PACK_MODULE in sys.modules:
+        return sys.modules[PACK_MODULE]
+    spec = importlib.util.spec_from_file_location(PACK_MODULE, ROOT / "__init__.py",
+                                                  submodule_search_locations=[str(ROOT)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[PACK_MODULE] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _declare():
+    load_pack()
+    return sys.modules[PACK_MODULE + ".nodes.declare"]
+
+
+# ---------------------------------------------------------------- model files (download hints)
+
+HF_REPACKAGED = "https://huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files"
+# ComfyUI's repackaged Wan 2.1 files (comfyui.md 7.8): file name -> models/ sub-folder.
+REPACKAGED_FILES = {
+    "wan2.1_t2v_1.3B_fp16.safetensors": "diffusion_models",
+    "wan2.1_t2v_1.3B_bf16.safetensors": "diffusion_models",
+    "wan2.1_t2v_14B_fp8_scaled.safetensors": "diffusion_models",
+    "wan_2.1_vae.safetensors": "vae",
+    "umt5_xxl_fp8_e4m3fn_scaled.safetensors": "text_encoders",
+    "umt5_xxl_fp16.safetensors": "text_encoders",
+}
+DIT_1_3B = "wan2.1_t2v_1.3B_fp16.safetensors"
+VAE = "wan_2.1_vae.safetensors"
+UMT5 = "umt5_xxl_fp8_e4m3fn_scaled.safetensors"
+# Which input of which loader names a model file (the UI offers the download hint on these nodes).
+MODEL_FILE_INPUTS = {
+    "WanCoreModelLoader": "model_name", "WanCoreVAELoader": "vae_name",
+    "WanCoreTextEncoderLoader": "text_encoder_name", "VAELoader": "vae_name",
+}
+
+
+def model_hint(name: str) -> dict[str, str]:
+    directory = REPACKAGED_FILES[name]
+    return {"name": name, "url": f"{HF_REPACKAGED}/{directory}/{name}?download=true", "directory": directory}
+
+
+# ---------------------------------------------------------------- ComfyUI core nodes used here
+
+@dataclass(frozen=True)
+class CoreNode:
+    """The inputs/outputs of a ComfyUI core node as used by our workflows (read from ComfyUI 0.33's
+    sources, comfyui.md 7.7-7.8). Only inputs the workflows set are listed; other optional ones keep their
+    defaults."""
+
+    node_id: str
+    display_name: str
+    inputs: tuple
+    outputs: tuple
+    api_extra: tuple[tuple[str, str], ...] = ()  # API-only inputs: (name, widget whose value they repeat)
+
+
+def core_nodes() -> dict[str, CoreNode]:
+    d = _declare()
+    Input, Output = d.Input, d.Output
+    res = 16384  # nodes.MAX_RESOLUTION
+    return {n.node_id: n for n in (
+        CoreNode("VAELoader", "Load VAE", (Input("vae_name", "COMBO", options=(VAE,)),), (Output("VAE", "VAE"),)),
+        CoreNode("VAEDecode", "VAE Decode", (Input("samples", "LATENT"), Input("vae", "VAE")),
+                 (Output("IMAGE", "IMAGE"),)),
+        CoreNode("EmptyHunyuanLatentVideo", "Empty HunyuanVideo 1.0 Latent", (
+            Input("width", "INT", default=848, min=16, max=res, step=16),
+            Input("height", "INT", default=480, min=16, max=res, step=16),
+            Input("length", "INT", default=25, min=1, max=res, step=4),
+            Input("batch_size", "INT", default=1, min=1, max=4096),
+        ), (Output("LATENT", "LATENT"),)),
+        CoreNode("CreateVideo", "Create Video", (
+            Input("images", "IMAGE"),
+            Input("fps", "FLOAT", default=30.0, min=1.0, max=120.0, step=1.0),
+            Input("audio", "AUDIO", optional=True),
+        ), (Output("VIDEO", "VIDEO"),)),
+        # SaveVideo: 'format' is a dynamic combo whose 'codec' child is sent as "format.codec" by current
+        # ComfyUI; older ones take a plain 'codec' combo. The API files carry both (unknown keys are ignored).
+        CoreNode("SaveVideo", "Save Video", (
+            Input("video", "VIDEO"),
+            Input("filename_prefix", "STRING", default="video/ComfyUI"),
+            Input("format", "COMBO", default="auto", options=("auto", "mp4", "mkv", "webm")),
+            Input("codec", "COMBO", default="auto", options=("auto", "h264", "av1")),
+        ), (), api_extra=(("format.codec", "codec"),)),
+    )}
+
+
+VIRTUAL_NODES = ("MarkdownNote",)  # UI-only (not in API files)
+
+
+# ---------------------------------------------------------------- workflow descriptions
+
+@dataclass
+class Node:
+    id: int
+    type: str
+    values: dict[str, Any] = field(default_factory=dict)  # widget values (missing = declared default)
+    links: dict[str, tuple[int, int]] = field(default_factory=dict)  # input name -> (source id, output slot)
+    title: str | None = None
+    color: tuple[str, str] | None = None  # (color, bgcolor)
+    control: str = "randomize"  # control_after_generate value for seed widgets (UI only)
+
+
+@dataclass
+class Workflow:
+    name: str
+    note: str
+    nodes: list[Node]
+
+
+PROMPT = ("A red fox trots through deep fresh snow in a quiet pine forest at golden hour, its breath visible in "
+          "the cold air. The camera tracks alongside at low height. Cinematic, natural motion, soft light.")
+LONG_PROMPT = ("Aerial drone shot gliding slowly along a winding river through autumn mountains at sunrise; mist "
+               "lifts off the water, flocks of birds cross the frame, the light warms from blue to gold. "
+               "Smooth continuous camera motion, realistic, highly detailed.")
+POSITIVE = ("#232", "#353")
+NEGATIVE = ("#322", "#533")
+
+_FILES_NOTE = """
+**Model files** (ComfyUI's repackaged Wan 2.1 files; the loaders offer the download):
+
+```
+ComfyUI/models/
+├── diffusion_models/wan2.1_t2v_1.3B_fp16.safetensors
+├── text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors
+└── vae/wan_2.1_vae.safetensors
+```
+Source: huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged (split_files/...).
+The grey lines under the latent and sampler nodes are WanCore's live cost estimate; a red line flags a
+frame count that is not 4n+1 or a size that is not a multiple of 16.
+"""
+
+
+def _loaders(model_values: dict | None = None) -> list[Node]:
+    return [
+        Node(1, "WanCoreModelLoader", {"model_name": DIT_1_3B, **(model_values or {})}),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
+        Node(3, "WanCoreVAELoader", {"vae_name": VAE}),
+    ]
+
+
+def _encode(prompt: str) -> Node:
+    return Node(4, "WanCoreTextEncode", {"positive": prompt}, {"text_encoder": (2, 0)}, color=POSITIVE)
+
+
+def _sampler(values: dict | None = None, latent: int = 5) -> Node:
+    return Node(6, "WanCoreSampler",
+                {"seed": 42, "steps": 30, "guidance": 6.0, "shift": 8.0, "solver": "unipc",
+                 "schedule": "official", "denoise": 1.0, **(values or {})},
+                {"model": (1, 0), "embeds": (4, 0), "latent": (latent, 0)})
+
+
+def _output(image_source: int, prefix: str) -> list[Node]:
+    return [
+        Node(8, "CreateVideo", {"fps": 16.0}, {"images": (image_source, 0)}),
+        Node(9, "SaveVideo", {"filename_prefix": prefix, "format": "auto", "codec": "auto"}, {"video": (8, 0)}),
+    ]
+
+
+def workflows() -> list[Workflow]:
+    basic = Workflow("t2v_basic", "## WanCore: text to video (Wan 2.1 1.3B)\n"
+                     "832x480, 81 frames (5 s at 16 fps), UniPC, 30 steps, guidance 6, shift 8 (the usual 1.3B "
+                     "setting; Wan's official default is 5).\n" + _FILES_NOTE, [
+        *_loaders(),
+        _encode(PROMPT),
+        Node(5, "WanCoreEmptyLatent", {"width": 832, "height": 480, "frames": 81, "batch_size": 1}),
+        _sampler(),
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, "video/WanCore_t2v"),
+    ])
+    long_tiled = Workflow("t2v_long_tiled", "## WanCore: long video, tiled decode\n"
+                          "161 frames (10 s at 16 fps) at 832x480. The DiT sees 63,960 tokens (about twice the "
+                          "81-frame cost per step and four times the attention); the VAE decodes one latent "
+                          "frame at a time with spatial tiles, so decode memory stays flat in length and "
+                          "resolution.\n" + _FILES_NOTE, [
+        *_loaders(),
+        _encode(LONG_PROMPT),
+        Node(5, "WanCoreEmptyLatent", {"width": 832, "height": 480, "frames": 161, "batch_size": 1}),
+        _sampler(),
+        Node(7, "WanCoreDecode", {"tiling": "on", "tile_size": 256, "overlap": 64},
+             {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, "video/WanCore_long"),
+    ])
+    native = Workflow("t2v_native_mix", "## WanCore with ComfyUI's native nodes\n"
+                      "ComfyUI's native *EmptyHunyuanLatentVideo* makes the latent, the WanCore sampler "
+                      "samples it, and ComfyUI's native *Load VAE* + *VAE Decode* decode the result: WanCore "
+                      "LATENTs are raw Wan VAE latents, exactly what the native nodes use.\n" + _FILES_NOTE, [
+        Node(1, "WanCoreModelLoader", {"model_name": DIT_1_3B}),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
+        Node(3, "VAELoader", {"vae_name": VAE}),
+        _encode(PROMPT),
+        Node(5, "EmptyHunyuanLatentVideo", {"width": 832, "height": 480, "length": 81, "batch_size": 1}),
+        _sampler(),
+        Node(7, "VAEDecode", {}, {"samples": (6, 0), "vae": (3, 0)}),
+        *_output(7, "video/WanCore_native"),
+    ])
+    return [basic, long_tiled, native, fast_workflow()]
+
+
+def fast_workflow() -> Workflow:
+    """fp8 weights + 8-bit attention + skiparse, from the options WanCoreModelLoader declares today."""
+    if FAST_MODEL_VALUES:
+        settings = ", ".join(f"{k} = {v}" for k, v in FAST_MODEL_VALUES.items())
+        about = (f"The 1.3B fp16 file with the loader's fast options ({settings}). Skiparse approximates the "
+                 "dense model, so outputs differ from t2v_basic; the grey lines under the sampler show the "
+                 "attention cost it saves.")
+    else:
+        about = ("The loader's fast options (fp8 weights, 8-bit attention, skiparse) are not in this version "
+                 "of WanCore yet: this graph samples like t2v_basic until they are.")
+    return Workflow("t2v_fast", "## WanCore: fast text to video\n" + about + "\n" + _FILES_NOTE, [
+        *_loaders(FAST_MODEL_VALUES),
+        _encode(PROMPT),
+        Node(5, "WanCoreEmptyLatent", {"width": 832, "height": 480, "frames": 81, "batch_size": 1}),
+        _sampler(),
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, "video/WanCore_fast"),
+    ])
+
+
+# Loader choices of t2v_fast (input name -> value); every key must be a WanCoreModelLoader input and every value
+# one of its choices (tests/nodes/test_workflows.py checks it). Empty while the loader declares no fast options.
+FAST_MODEL_VALUES: dict[str, Any] = {}
+
+
+# ---------------------------------------------------------------- rendering
+
+def catalog(specs) -> dict[str, Any]:
+    """node type -> declaration (ours: NodeSpec; core: CoreNode); both have .inputs and .outputs."""
+    out: dict[str, Any] = dict(core_nodes())
+    out.update({s.node_id: s for s in specs})
+    return out
+
+
+def widget_inputs(decl) -> list:
+    """Widget inputs in UI order: declaration order, required first, then optional (comfyui.md 8)."""
+    widgets = [i for i in decl.inputs if i.is_widget]
+    return [i for i in widgets if not i.optional] + [i for i in widgets if i.optional]
+
+
+def socket_inputs(decl) -> list:
+    return [i for i in decl.inputs if not i.is_widget]
+
+
+def widget_values(node: Node, decl) -> dict[str, Any]:
+    unknown = set(node.values) - {i.name for i in widget_inputs(decl)}
+    if unknown:
+        raise ValueError(f"{node.type} (node {node.id}): no widget input(s) {sorted(unknown)}")
+    return {i.name: node.values.get(i.name, i.default) for i in widget_inputs(decl)}
+
+
+def topo_order(wf: Workflow) -> list[Node]:
+    by_id = {n.id: n for n in wf.nodes}
+    done: list[Node] = []
+    seen: set[int] = set()
+
+    def visit(n: Node, stack: tuple = ()):
+        if n.id in seen:
+            return
+        if n.id in stack:
+            raise ValueError(f"{wf.name}: cycle through node {n.id}")
+        for src, _slot in n.links.values():
+            visit(by_id[src], stack + (n.id,))
+        seen.add(n.id)
+        done.append(n)
+
+    for n in sorted(wf.nodes, key=lambda n: n.id):
+        visit(n)
+    return done
+
+
+def render_api(wf: Workflow, cat: dict) -> dict:
+    api: dict[str, Any] = {}
+    for node in sorted(wf.nodes, key=lambda n: n.id):
+        decl = cat[node.type]
+        inputs: dict[str, Any] = dict(widget_values(node, decl))
+        for extra, source in getattr(decl, "api_extra", ()):
+            inputs[extra] = inputs[source]
+        for i in socket_inputs(decl):
+            if i.name in node.links:
+                src, slot = node.links[i.name]
+                inputs[i.name] = [str(src), slot]
+        api[str(node.id)] = {"class_type": node.type, "inputs": inputs,
+                             "_meta": {"title": node.title or _display_name(decl)}}
+    return api
+
+
+def _display_name(decl) -> str:
+    return decl.display_name
+
+
+_ESTIMATE_NODES = ("WanCoreEmptyLatent", "WanCoreSampler")  # web/wancore.js draws 4 lines under these
+
+
+def _node_size(node: Node, decl) -> list[int]:
+    slots = max(len(socket_inputs(decl)), len(decl.outputs), 0)
+    height = 8 + 22 * slots
+    for i in widget_inputs(decl):
+        height += 110 if getattr(i, "multiline", False) else 24
+    if node.type in _ESTIMATE_NODES:
+        height += 4 * 15 + 8  # web/wancore.js extraHeight(0)
+    width = 420 if node.type == "WanCoreTextEncode" else 360 if node.type in _ESTIMATE_NODES else 320
+    if node.type == "SaveVideo":  # room for the video preview
+        width, height = 420, 420
+    return [width, height]
+
+
+def render_ui(wf: Workflow, cat: dict) -> dict:
+    order = topo_order(wf)
+    by_id = {n.id: n for n in wf.nodes}
+    depth: dict[int, int] = {}
+    for n in order:
+        depth[n.id] = max((depth[src] + 1 for src, _ in n.links.values()), default=0)
+
+    links: list[list] = []
+    in_link: dict[tuple[int, str], int] = {}
+    out_links: dict[tuple[int, int], list[int]] = {}
+    for target in sorted(wf.nodes, key=lambda n: n.id):
+        tdecl = cat[target.type]
+        sockets = socket_inputs(tdecl)
+        for slot, inp in enumerate(sockets):
+            if inp.name not in target.links:
+                continue
+            src, src_slot = target.links[inp.name]
+            sdecl = cat[by_id[src].type]
+            link_id = len(links) + 1
+            links.append([link_id, src, src_slot, target.id, slot, sdecl.outputs[src_slot].type])
+            in_link[(target.id, inp.name)] = link_id
+            out_links.setdefault((src, src_slot), []).append(link_id)
+        missing = set(target.links) - {i.name for i in sockets}
+        if missing:
+            raise ValueError(f"{wf.name}: {target.type} has no socket input(s) {sorted(missing)}")
+
+    columns: dict[int, int] = {}
+    nodes = []
+    for n in sorted(wf.nodes, key=lambda n: n.id):
+        decl = cat[n.type]
+        size = _node_size(n, decl)
+        col = min(depth[n.id], 3)  # decode -> create video -> save stack in the fourth column
+        y = columns.get(col, 0)
+        columns[col] = y + size[1] + 70
+        values = widget_values(n, decl)
+        wv: list[Any] = []
+        for i in widget_inputs(decl):
+            wv.append(values[i.name])
+            if i.control_after_generate:
+                wv.append(n.control)
+        props: dict[str, Any] = {"Node name for S&R": n.type}
+        file_input = MODEL_FILE_INPUTS.get(n.type)
+        if file_input and values.get(file_input) in REPACKAGED_FILES:
+            props["models"] = [model_hint(values[file_input])]
+        entry: dict[str, Any] = {
+            "id": n.id, "type": n.type, "pos": [col * 460, y], "size": size, "flags": {},
+            "order": order.index(n), "mode": 0,
+            "inputs": [
+                {"name": i.name, "type": i.type, "link": in_link.get((n.id, i.name)),
+                 **({"shape": 7} if i.optional else {})}
+                for i in socket_inputs(decl)
+            ],
+            "outputs": [
+                {"name": o.name, "type": o.type, "links": out_links.get((n.id, s), []), "slot_index": s}
+                for s, o in enumerate(decl.outputs)
+            ],
+        }
+        if n.title:
+            entry["title"] = n.title
+        entry["properties"] = props
+        entry["widgets_values"] = wv
+        if n.color:
+            entry["color"], entry["bgcolor"] = n.color
+        nodes.append(entry)
+
+    note_id = max(n.id for n in wf.nodes) + 1
+    nodes.append({"id": note_id, "type": "MarkdownNote", "pos": [0, -360], "size": [560, 320], "flags": {},
+                  "order": len(order), "mode": 0, "inputs": [], "outputs": [], "properties": {},
+                  "widgets_values": [wf.note], "color": "#432", "bgcolor": "#653"})
+    return {
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"https://github.com/wancore/ComfyUI-WanCore/{wf.name}")),
+        "revision": 0,
+        "last_node_id": note_id,
+        "last_link_id": len(links),
+        "nodes": nodes,
+        "links": links,
+        "groups": [],
+        "config": {},
+        "extra": {"ds": {"scale": 0.75, "offset": [80, 420]}},
+        "version": 0.4,
+    }
+
+
+# ---------------------------------------------------------------- JSON text
+
+def dumps(obj: Any, indent: int = 0) -> str:
+    """JSON with 2-space indentation, lists of scalars kept on one line (stable, readable diffs)."""
+    pad, inner = "  " * indent, "  " * (indent + 1)
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {dumps(v, indent + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list):
+        if not obj:
+            return "[]"
+        if all(not isinstance(v, (dict, list)) for v in obj):
+            return "[" + ", ".join(json.dumps(v, ensure_ascii=False) for v in obj) + "]"
+        return "[\n" + ",\n".join(inner + dumps(v, indent + 1) for v in obj) + "\n" + pad + "]"
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def build(specs=None) -> dict[str, str]:
+    """Relative path -> file text for every shipped workflow (UI and API)."""
+    if specs is None:
+        specs = load_pack().nodes.NODE_SPECS
+    cat = catalog(specs)
+    files = {}
+    for wf in workflows():
+        files[f"{wf.name}.json"] = dumps(render_ui(wf, cat)) + "\n"
+        files[f"api/{wf.name}.json"] = dumps(render_api(wf, cat)) + "\n"
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 if a file differs")
+    args = parser.parse_args(argv)
+    stale = []
+    for rel, text in build().items():
+        path = WORKFLOWS_DIR / rel
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            continue
+        stale.append(rel)
+        if not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    verb = "differ" if args.check else "written"
+    print(f"{len(stale)} file(s) {verb}: {', '.join(stale)}" if stale else "workflows up to date")
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
