@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from . import latent_format
+from .estimate import nearest_valid
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, ScheduleConfig,
                        build_schedule, initial_latent, make_noise, sample)
 
@@ -70,13 +71,6 @@ class GenerationConfig:
         if not self.prompts:
             raise ValueError("no prompt given")
         self.schedule_config().validate()
-
-
-def nearest_valid(value: int, multiple: int, offset: int = 0) -> tuple[int, int]:
-    """The valid values ``offset + k * multiple`` just below and just above ``value``."""
-    below = max(offset + multiple if offset == 0 else offset, value - (value - offset) % multiple)
-    above = below if (value - offset) % multiple == 0 else below + multiple
-    return below, above
 
 
 def video_size_problems(width: int, height: int, frames: int) -> list[str]:
