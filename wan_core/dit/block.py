@@ -38,7 +38,7 @@ class WanBlock(nn.Module):
                 attn: AttentionDispatch, layer: int) -> torch.Tensor:
         """``x [B, L, D]`` float32, ``e0 [B, 6, D]`` float32, ``ctx [B, 512, D]``, ``freqs [L, d/2]`` RoPE
         -> ``[B, L, D]`` float32."""
-        dtype = self.ffn[0].weight.dtype
+        dtype = self.modulation.dtype  # the compute dtype (linear weights may be stored in fp8)
         mod = (self.modulation.float() + e0).unsqueeze(2)  # [B, 6, 1, D]
         shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff = mod.unbind(1)
 

@@ -1,22 +1,103 @@
 """``load_dit``: any Wan 2.1 T2V DiT file users have -> a ready ``WanDiT`` (DESIGN.md section 4).
 
 Accepts official, ComfyUI (optionally ``model.diffusion_model.``-prefixed) and diffusers namings, in
-fp32/fp16/bf16/fp8 (plain or "scaled", dequantised here), as a file, a diffusers folder or a state dict.
-The model is built on the ``meta`` device and the checkpoint tensors are assigned, so the weights are
-read once and never initialised randomly.
+fp32/fp16/bf16/fp8 (plain or "scaled"), as a file, a diffusers folder or a state dict. The model is built on
+the ``meta`` device and the checkpoint tensors are assigned, so the weights are read once and never
+initialised randomly. :class:`ModelOptions` holds the acceleration switches (attention backend, skiparse
+schedule, FP8 weights and GEMM); fp8 weights are kept (or quantised) tensor by tensor, so no full-precision
+copy of the model is ever built.
 """
 from __future__ import annotations
 
-import torch
+import dataclasses
+from dataclasses import dataclass
 
-from ..attention.dispatch import AttentionDispatch
+import torch
+import torch.nn as nn
+
+from ..attention.dispatch import AttentionDispatch, AttentionOverride, get_backend
+from ..attention.skiparse import SCHEDULES, SUV_PROFILE, skiparse_schedule
+from ..attention.steps import check_step_range
 from ..checkpoint import (
-    FP8_DTYPES, CheckpointError, LazyStateDict, Source, check_shapes, describe_keys, is_quant_aux_key,
-    materialize, open_checkpoint, stored_float_dtype, strip_prefix,
+    FP8_DTYPES, CheckpointError, LazyStateDict, Source, check_shapes, dequantize, describe_keys,
+    is_quant_aux_key, materialize, open_checkpoint, stored_float_dtype, strip_prefix, weight_scale_key,
 )
 from ..config import DiTConfig, detect_dit_config
+from ..quant.fp8 import GEMM_MODES, GRANULARITIES, FP8Linear, is_block_linear, quantize_weight
 from .keys import DIT_PREFIXES, detect_naming, diffusers_to_official
 from .model import WanDiT
+
+WEIGHT_FORMATS = ("fp32", "bf16", "fp16", "fp8_e4m3fn", "fp8_scaled")
+FLOAT_WEIGHTS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Acceleration switches of a loaded DiT (one object for the pipeline, the CLI and the nodes).
+
+    attention: backend for every attention call: "sdpa" | "sage" | "int8" | "int8_fp8" (or any registered).
+    attention_overrides: ``AttentionOverride`` rules (backend per block list / step range / kind).
+    skiparse: "none" | "osp13" | "suv" | "custom" (self-attention only; every sparse schedule approximates
+      the dense model). skiparse_k: ratio for osp13. skiparse_ks / skiparse_modes: per block for custom.
+      suv_profile / suv_stage_blocks: per-stage ratios and sizes for suv. skiparse_steps: step range where
+      the schedule is active (None = always), e.g. ``(0.3, None)`` = dense for the first 30% of steps.
+    weights: None (as stored, fp8 files dequantised to bf16) | "fp32" | "bf16" | "fp16" | "fp8_e4m3fn"
+      (fp8 storage; a full-precision file is cast with scale 1) | "fp8_scaled" (fp8 with a scale; a
+      full-precision file is quantised with scale max|W|/448). FP8 applies to the Linear layers inside the
+      blocks; embeddings, time projection, norms, modulation and head stay in the compute dtype.
+    fp8_granularity: "tensor" | "channel" scale when quantising on load.
+    gemm: "upcast" (dequantise per layer, default) | "scaled_mm" (FP8 GEMM, per-token activation scales).
+    """
+
+    attention: str = "sdpa"
+    attention_overrides: tuple[AttentionOverride, ...] = ()
+    skiparse: str = "none"
+    skiparse_k: int = 4
+    skiparse_ks: tuple[int, ...] | None = None
+    skiparse_modes: tuple[str, ...] | None = None
+    suv_profile: tuple[int, ...] = SUV_PROFILE
+    suv_stage_blocks: tuple[int, ...] | None = None
+    skiparse_steps: tuple | None = None
+    weights: str | None = None
+    fp8_granularity: str = "tensor"
+    gemm: str = "upcast"
+
+    def __post_init__(self):
+        for name in ("attention_overrides", "skiparse_ks", "skiparse_modes", "suv_profile", "suv_stage_blocks"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
+        get_backend(self.attention)
+        if self.skiparse not in SCHEDULES:
+            raise ValueError(f"skiparse must be one of {', '.join(SCHEDULES)}, got {self.skiparse!r}")
+        check_step_range(self.skiparse_steps, "skiparse_steps")
+        if self.weights is not None and self.weights not in WEIGHT_FORMATS:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHT_FORMATS)} (or None = as stored), "
+                             f"got {self.weights!r}")
+        if self.fp8_granularity not in GRANULARITIES:
+            raise ValueError(f"fp8_granularity must be one of {', '.join(GRANULARITIES)}, got "
+                             f"{self.fp8_granularity!r}")
+        if self.gemm not in GEMM_MODES:
+            raise ValueError(f"gemm must be one of {', '.join(GEMM_MODES)}, got {self.gemm!r}")
+        if self.gemm == "scaled_mm" and not self.fp8:
+            raise ValueError("gemm='scaled_mm' needs fp8 weights: add weights='fp8_scaled' (quantises a "
+                             "bf16/fp16 file on load, keeps an fp8 file as it is) or weights='fp8_e4m3fn'")
+
+    @property
+    def fp8(self) -> bool:
+        return self.weights in ("fp8_e4m3fn", "fp8_scaled")
+
+    def replace(self, **changes) -> "ModelOptions":
+        return dataclasses.replace(self, **changes)
+
+    def skiparse_schedule(self, num_layers: int):
+        return skiparse_schedule(self.skiparse, num_layers, k=self.skiparse_k, ks=self.skiparse_ks,
+                                 modes=self.skiparse_modes, profile=self.suv_profile,
+                                 stage_blocks=self.suv_stage_blocks, steps=self.skiparse_steps)
+
+    def attention_dispatch(self, num_layers: int) -> AttentionDispatch:
+        return AttentionDispatch(self.attention, overrides=self.attention_overrides,
+                                 skiparse=self.skiparse_schedule(num_layers))
 
 
 def official_state_dict(src: Source) -> LazyStateDict:
@@ -40,18 +121,107 @@ def default_dtype(stored: torch.dtype) -> torch.dtype:
     return torch.bfloat16 if stored in FP8_DTYPES else stored
 
 
+def _merge_options(options, attention, skiparse, weights, gemm, overrides) -> ModelOptions:
+    opts = options if options is not None else ModelOptions()
+    if not isinstance(opts, ModelOptions):
+        raise TypeError(f"options must be a ModelOptions, got {type(opts).__name__}")
+    if isinstance(attention, AttentionDispatch):
+        attention = attention.backend
+    changes = {k: v for k, v in (("attention", attention),
+                                 ("skiparse", skiparse), ("weights", weights), ("gemm", gemm)) if v is not None}
+    fields = {f.name for f in dataclasses.fields(ModelOptions)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise TypeError(f"load_dit: unknown option(s) {', '.join(unknown)}; ModelOptions fields are "
+                        f"{', '.join(sorted(fields))}")
+    changes.update(overrides)
+    return opts.replace(**changes) if changes else opts
+
+
+def _weight_dtype(opts: ModelOptions, dtype: torch.dtype | None, sd: LazyStateDict) -> torch.dtype:
+    """The dtype of the non-fp8 parameters (the compute dtype)."""
+    if dtype is not None and dtype in FP8_DTYPES:
+        raise ValueError(f"dtype={dtype} is a storage format; use weights='fp8_scaled' (or 'fp8_e4m3fn') and "
+                         f"give the compute dtype (bf16, fp16 or fp32) as dtype")
+    if opts.weights in FLOAT_WEIGHTS:
+        wanted = FLOAT_WEIGHTS[opts.weights]
+        if dtype is not None and dtype != wanted:
+            raise ValueError(f"weights={opts.weights!r} conflicts with dtype={dtype}; pass one of them")
+        return wanted
+    if opts.fp8:
+        return dtype or torch.bfloat16
+    return dtype or default_dtype(stored_float_dtype(sd))
+
+
+def _load_fp8(model: WanDiT, sd: LazyStateDict, dtype: torch.dtype, device, opts: ModelOptions) -> None:
+    """Assign ``sd`` to the meta ``model`` with the block Linear layers as ``FP8Linear``, one tensor at a time.
+
+    fp8 weights in the file are kept with their scale (``scale_weight`` | ``weight_scale``; ``scale_input``
+    is not used: activations get dynamic per-token scales); full-precision block weights are quantised as
+    read; every other tensor is cast (fp8 ones dequantised) to ``dtype``.
+    """
+    linears = {name for name, m in model.named_modules() if type(m) is nn.Linear}
+    marker = sd["scaled_fp8"] if "scaled_fp8" in sd else None
+    full_precision_mm = marker is not None and marker.numel() == 2  # ComfyUI: "dequantise, then matmul"
+    tensors: dict[str, torch.Tensor] = {}
+    layers: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
+    for key in sd:
+        if is_quant_aux_key(key):
+            continue
+        t = sd[key]
+        layer, _, leaf = key.rpartition(".")
+        fp8_layer = leaf == "weight" and layer in linears and is_block_linear(layer)
+        if t.dtype in FP8_DTYPES:
+            sk = weight_scale_key(sd, key)
+            scale = sd[sk].to(device) if sk else None
+            if fp8_layer:
+                layers[layer] = (t.to(device), scale)
+                continue
+            t = dequantize(t.to(device), scale, dtype)
+        elif fp8_layer:
+            layers[layer] = quantize_weight(t.to(device), opts.fp8_granularity, opts.weights == "fp8_scaled")
+            continue
+        elif t.is_floating_point():
+            t = t.to(device=device, dtype=dtype)
+        else:
+            t = t.to(device)
+        tensors[key] = t
+    gemm = "upcast" if full_precision_mm else opts.gemm
+    for layer, (w8, scale) in layers.items():
+        fp8 = FP8Linear.from_quantized(w8, scale, tensors.pop(f"{layer}.bias", None), compute_dtype=dtype,
+                                       gemm=gemm)
+        parent, _, leaf = layer.rpartition(".")
+        setattr(model.get_submodule(parent), leaf, fp8)
+    missing, unexpected = model.load_state_dict(tensors, assign=True, strict=False)
+    missing = [k for k in missing if k.rpartition(".")[0] not in layers]
+    if missing or unexpected:  # check_shapes ran before, so this is a bug, not a bad file
+        raise CheckpointError(f"{sd.source}: fp8 assignment left {missing[:5]} missing, {unexpected[:5]} unused")
+
+
 def load_dit(
     src: Source,
     dtype: torch.dtype | None = None,
     device: torch.device | str = "cpu",
     config: DiTConfig | None = None,
-    attention: str | AttentionDispatch = "sdpa",
+    attention: str | AttentionDispatch | None = None,
+    *,
+    skiparse: str | None = None,
+    weights: str | None = None,
+    gemm: str | None = None,
+    options: ModelOptions | None = None,
+    **option_fields,
 ) -> WanDiT:
     """Load a Wan DiT from a file, a diffusers folder or a state dict.
 
-    ``dtype``: weight dtype (None = as stored; fp8 files are dequantised to bf16). ``config``: skip
-    detection (needed only for unusual head counts). Returns the model in eval mode on ``device``.
+    ``dtype``: weight dtype (None = as stored; fp8 files are dequantised to bf16), or the compute dtype
+    when the weights are fp8. ``config``: skip detection (needed only for unusual head counts).
+    Acceleration: ``attention`` ("sdpa" | "sage" | "int8" | "int8_fp8", or an ``AttentionDispatch``),
+    ``skiparse`` ("none" | "osp13" | "suv" | "custom"), ``weights`` ("fp32" | "bf16" | "fp16" |
+    "fp8_e4m3fn" | "fp8_scaled"), ``gemm`` ("upcast" | "scaled_mm"); any other ``ModelOptions`` field
+    (e.g. ``skiparse_ks=...``) as a keyword; ``options`` gives them all at once (keywords win).
+    Returns the model in eval mode on ``device``; the options used are ``model.load_options``.
     """
+    opts = _merge_options(options, attention, skiparse, weights, gemm, option_fields)
     sd = official_state_dict(src)
     shapes = {k: sd.shape(k) for k in sd if not is_quant_aux_key(k)}
     if config is None:
@@ -60,13 +230,23 @@ def load_dit(
             config = detect_dit_config(shapes, num_heads=heads)
         except (KeyError, ValueError) as e:
             raise CheckpointError(f"{sd.source}: incomplete Wan DiT: {e}") from e
+    dispatch = opts.attention_dispatch(config.num_layers)
+    if isinstance(attention, AttentionDispatch):
+        changes = {"skiparse": dispatch.skiparse} if opts.skiparse != "none" else {}
+        if opts.attention_overrides:
+            changes["overrides"] = opts.attention_overrides
+        dispatch = attention.replace(**changes) if changes else attention
     with torch.device("meta"):
         model = WanDiT(config)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     check_shapes(shapes, expected, sd.source,
                  f"the Wan DiT config {config.name} (dim {config.dim}, {config.num_layers} layers)")
-    target = dtype or default_dtype(stored_float_dtype(sd))
-    tensors = materialize(sd, target, device=device)
-    model.load_state_dict(tensors, assign=True, strict=True)
-    model.attention = attention if isinstance(attention, AttentionDispatch) else AttentionDispatch(attention)
+    target = _weight_dtype(opts, dtype, sd)
+    if opts.fp8:
+        _load_fp8(model, sd, target, device, opts)
+    else:
+        tensors = materialize(sd, target, device=device)
+        model.load_state_dict(tensors, assign=True, strict=True)
+    model.attention = dispatch
+    model.load_options = opts
     return model.eval()
