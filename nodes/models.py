@@ -47,11 +47,38 @@ def validate_text_encoder(text_encoder_name: str) -> bool | str:
     return _check_file("text_encoders", "text_encoder_name", text_encoder_name)
 
 
-def load_model(model_name: str, weight_dtype: str = "auto", attention: str = "sdpa",
-               device: str = "auto"):
+WEIGHT_CHOICES = ("auto", "bf16", "fp16", "fp32", "fp8_e4m3fn", "fp8_scaled")
+ATTENTION_CHOICES = ("sdpa", "sage", "int8", "int8_fp8")
+SKIPARSE_CHOICES = ("none", "osp13", "suv")
+GEMM_CHOICES = ("upcast", "scaled_mm")
+
+
+def _weights_for(path, weight_dtype: str, device: torch.device) -> tuple[torch.dtype | None, str | None]:
+    """(dtype, weights) for ``load_dit``: with fp8 weights ``dtype`` is the compute dtype.
+
+    ``auto`` keeps an fp8 file in fp8 (as ComfyUI does) and otherwise uses bf16 on GPU, fp32 on CPU.
+    """
+    compute = _dtype_for("auto", device)
+    if weight_dtype.startswith("fp8"):
+        return compute, weight_dtype
+    if weight_dtype == "auto":
+        from wan_core.checkpoint import FP8_DTYPES, stored_float_dtype
+        from wan_core.dit.loader import official_state_dict
+
+        if stored_float_dtype(official_state_dict(path)) in FP8_DTYPES:
+            return compute, "fp8_scaled"
+    return _dtype_for(weight_dtype, device), None
+
+
+def load_model(model_name: str, weight_dtype: str = "auto", attention: str = "sdpa", skiparse: str = "none",
+               skiparse_k: int = 4, gemm: str = "upcast", device: str = "auto"):
     path = host.model_path("diffusion_models", model_name)
     target = host.torch_device() if device == "auto" else torch.device("cpu")
-    dit = wan_core.load_dit(path, dtype=_dtype_for(weight_dtype, target), device="cpu", attention=attention)
+    dtype, weights = _weights_for(path, weight_dtype, target)
+    if gemm == "scaled_mm" and weights is None:
+        raise ValueError("gemm: scaled_mm needs fp8 weights; choose weight_dtype fp8_scaled or fp8_e4m3fn")
+    dit = wan_core.load_dit(path, dtype=dtype, device="cpu", attention=attention, skiparse=skiparse,
+                            skiparse_k=skiparse_k, weights=weights, gemm=gemm)
     dit.wancore_device = target  # where the sampler runs it; it rests on the offload device in between
     return (dit,)
 
@@ -80,10 +107,18 @@ MODEL_LOADER = NodeSpec(
     inputs=(
         Input("model_name", "COMBO", options=lambda: host.list_models("diffusion_models"),
               tooltip="e.g. wan2.1_t2v_1.3B_fp16.safetensors"),
-        Input("weight_dtype", "COMBO", default="auto", options=tuple(DTYPES),
-              tooltip="auto: bf16 on GPU, fp32 on CPU; fp8 files are dequantised to the chosen dtype"),
-        Input("attention", "COMBO", default="sdpa", options=("sdpa",),
-              tooltip="attention backend (sdpa = PyTorch scaled_dot_product_attention)"),
+        Input("weight_dtype", "COMBO", default="auto", options=WEIGHT_CHOICES,
+              tooltip="auto: fp8 files stay fp8, others bf16 on GPU / fp32 on CPU; fp8_*: quantise the block "
+                      "linears on load (half the memory of bf16)"),
+        Input("attention", "COMBO", default="sdpa", options=ATTENTION_CHOICES,
+              tooltip="sdpa: PyTorch; sage: SageAttention (CUDA, pip install sageattention; falls back to "
+                      "int8/sdpa with a warning); int8: the Sage algorithm in plain torch"),
+        Input("skiparse", "COMBO", default="none", options=SKIPARSE_CHOICES,
+              tooltip="training-free sparse self-attention (Open-Sora Plan): faster, approximates the dense "
+                      "model. osp13: dense first/last 2 blocks, single/group skip with ratio k; suv: U-shaped k"),
+        Input("skiparse_k", "INT", default=4, min=1, max=16, tooltip="sparse ratio of osp13", advanced=True),
+        Input("gemm", "COMBO", default="upcast", options=GEMM_CHOICES, advanced=True,
+              tooltip="with fp8 weights: upcast (dequantise per layer) or scaled_mm (FP8 GEMM, SM89+ GPUs)"),
         Input("device", "COMBO", default="auto", options=("auto", "cpu"),
               tooltip="auto: ComfyUI's GPU while sampling, offloaded in between"),
     ),

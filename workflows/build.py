@@ -248,7 +248,7 @@ def fast_workflow() -> Workflow:
 
 # Loader choices of t2v_fast (input name -> value); every key must be a WanCoreModelLoader input and every value
 # one of its choices (tests/nodes/test_workflows.py checks it). Empty while the loader declares no fast options.
-FAST_MODEL_VALUES: dict[str, Any] = {}
+FAST_MODEL_VALUES: dict[str, Any] = {"weight_dtype": "fp8_scaled", "attention": "sage", "skiparse": "osp13"}
 
 
 # ---------------------------------------------------------------- rendering

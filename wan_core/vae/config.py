@@ -1,0 +1,152 @@
+"""VAE configuration: the Wan 2.1 preset, small test presets, and detection from a state dict.
+
+Implements wan_spec.md sections 1.2 and 3.3 (layer layout) as data; ``model.py`` builds from it.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..checkpoint import CheckpointError
+
+
+@dataclass(frozen=True)
+class VAEConfig:
+    """Shape parameters of the Wan 2.1 video VAE (official ``WanVAE_`` arguments).
+
+    Encoder widths are ``base_dim * [1] + dim_mult``; decoder widths ``decoder_base_dim * [dim_mult[-1]] +
+    reversed(dim_mult)``. ``temporal_downsample[i]`` says whether encoder stage ``i`` halves time (the decoder
+    uses the reverse list). Compression: ``2 ** (len(dim_mult) - 1)`` in space, ``2 ** sum(temporal_downsample)``
+    in time.
+    """
+
+    base_dim: int = 96
+    z_dim: int = 16
+    dim_mult: tuple[int, ...] = (1, 2, 4, 4)
+    num_res_blocks: int = 2
+    temporal_downsample: tuple[bool, ...] = (False, True, True)
+    decoder_base_dim: int | None = None  # None: same as base_dim (Wan 2.1)
+    in_channels: int = 3
+    out_channels: int = 3
+    name: str = field(default="custom", compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "dim_mult", tuple(int(m) for m in self.dim_mult))
+        object.__setattr__(self, "temporal_downsample", tuple(bool(t) for t in self.temporal_downsample))
+        if len(self.temporal_downsample) != len(self.dim_mult) - 1:
+            raise ValueError(
+                f"temporal_downsample needs {len(self.dim_mult) - 1} entries (one per downsampling stage), "
+                f"got {len(self.temporal_downsample)}"
+            )
+        if self.decoder_base_dim is None:
+            object.__setattr__(self, "decoder_base_dim", self.base_dim)
+
+    @property
+    def spatial_factor(self) -> int:
+        return 2 ** (len(self.dim_mult) - 1)
+
+    @property
+    def temporal_factor(self) -> int:
+        return 2 ** sum(self.temporal_downsample)
+
+    @property
+    def temporal_upsample(self) -> tuple[bool, ...]:
+        return tuple(reversed(self.temporal_downsample))
+
+    @property
+    def encoder_dims(self) -> list[int]:
+        return [self.base_dim * m for m in (1,) + self.dim_mult]
+
+    @property
+    def decoder_dims(self) -> list[int]:
+        return [self.decoder_base_dim * m for m in (self.dim_mult[-1],) + tuple(reversed(self.dim_mult))]
+
+    def latent_frames(self, frames: int) -> int:
+        """Latent frames for ``frames`` video frames (``frames`` = k * temporal_factor + 1)."""
+        return 1 + (frames - 1) // self.temporal_factor
+
+    def video_frames(self, latent_frames: int) -> int:
+        return 1 + (latent_frames - 1) * self.temporal_factor
+
+
+WAN21_VAE = VAEConfig(name="wan2.1")
+"""The released Wan 2.1 VAE (``Wan2.1_VAE.pth``): 126,892,531 parameters, 194 tensors."""
+
+TINY_VAE = VAEConfig(base_dim=8, z_dim=16, dim_mult=(1, 2, 4, 4), num_res_blocks=2, name="tiny")
+"""Same layout and compression as Wan 2.1 at 1/12 of the width (for tests)."""
+
+TINY_VAE_1RES = VAEConfig(base_dim=8, z_dim=4, dim_mult=(1, 2, 2, 2), num_res_blocks=1, name="tiny-1res")
+"""One residual block per stage and 4 latent channels (exercises the index rules for other depths)."""
+
+PRESETS = {c.name: c for c in (WAN21_VAE, TINY_VAE, TINY_VAE_1RES)}
+
+
+def _index_groups(keys, prefix: str) -> dict[int, set[str]]:
+    """``{i: {suffixes}}`` for keys ``<prefix>.<i>.<suffix>``."""
+    pat = re.compile(re.escape(prefix) + r"\.(\d+)\.(.+)$")
+    groups: dict[int, set[str]] = {}
+    for k in keys:
+        m = pat.match(k)
+        if m:
+            groups.setdefault(int(m.group(1)), set()).add(m.group(2))
+    return groups
+
+
+def detect_vae_config(shapes: Mapping[str, tuple[int, ...]], source: str = "<state dict>") -> VAEConfig:
+    """Infer a :class:`VAEConfig` from official-named tensor shapes (``{key: shape}``).
+
+    Raises :class:`CheckpointError` naming what is missing or unsupported (e.g. the Wan 2.2 VAE).
+    """
+    def shape(key: str) -> tuple[int, ...]:
+        if key not in shapes:
+            raise CheckpointError(f"{source}: not a Wan 2.1 VAE: tensor {key!r} is missing")
+        return tuple(shapes[key])
+
+    z_dim = shape("conv2.weight")[0]
+    base_dim, in_channels = shape("encoder.conv1.weight")[:2]
+    if z_dim == 48 or in_channels == 12:
+        raise CheckpointError(
+            f"{source}: this is the Wan 2.2 VAE (48 latent channels, patchified input); only the Wan 2.1 VAE "
+            f"(16 latent channels, used by Wan 2.1 and Wan 2.2 14B) is supported"
+        )
+    out_channels = shape("decoder.head.2.weight")[0]
+
+    groups = _index_groups(shapes, "encoder.downsamples")
+    if not groups or sorted(groups) != list(range(len(groups))):
+        raise CheckpointError(f"{source}: not a Wan 2.1 VAE: encoder.downsamples.* is missing or has gaps")
+    stages: list[list[int]] = [[]]  # residual out-widths per stage
+    temporal: list[bool] = []
+    for i in sorted(groups):
+        suffixes = groups[i]
+        if "residual.2.weight" in suffixes:
+            stages[-1].append(shapes[f"encoder.downsamples.{i}.residual.2.weight"][0])
+        elif "resample.1.weight" in suffixes:
+            temporal.append("time_conv.weight" in suffixes)
+            stages.append([])
+        elif any(s.startswith(("norm.", "to_qkv.")) for s in suffixes):
+            raise CheckpointError(f"{source}: VAE with attention inside the encoder stages is not supported "
+                                  f"(Wan 2.1 has attention only in the middle blocks)")
+        else:
+            raise CheckpointError(f"{source}: unrecognised encoder layer encoder.downsamples.{i} "
+                                  f"({', '.join(sorted(suffixes))})")
+    counts = {len(s) for s in stages}
+    if len(counts) != 1 or 0 in counts:
+        raise CheckpointError(f"{source}: unequal residual blocks per encoder stage ({[len(s) for s in stages]})")
+    dim_mult = []
+    for s in stages:
+        if s[-1] % base_dim:
+            raise CheckpointError(f"{source}: encoder width {s[-1]} is not a multiple of the base width {base_dim}")
+        dim_mult.append(s[-1] // base_dim)
+    dec_width = shape("decoder.head.0.gamma")[0]
+    if dec_width % dim_mult[0]:
+        raise CheckpointError(f"{source}: decoder output width {dec_width} does not fit dim_mult {dim_mult}")
+    cfg = VAEConfig(
+        base_dim=base_dim, z_dim=z_dim, dim_mult=tuple(dim_mult), num_res_blocks=counts.pop(),
+        temporal_downsample=tuple(temporal), decoder_base_dim=dec_width // dim_mult[0],
+        in_channels=in_channels, out_channels=out_channels,
+    )
+    for preset in PRESETS.values():
+        if preset == cfg:
+            return preset
+    return cfg

@@ -1,0 +1,158 @@
+"""The Wan 2.1 video VAE network: encoder, decoder and the latent 1x1x1 convs ``conv1`` / ``conv2``.
+
+Implements wan_spec.md section 3.3 (layout, official parameter names) on top of blocks.py / resample.py.
+Every forward takes ``state``: None = whole sequence (spec 3.2 full-sequence form), a TemporalState = one
+time chunk of a stream (streaming.py drives it).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .blocks import AttentionBlock, ResidualBlock, RMSNorm
+from .causal_conv import CausalConv3d, TemporalState
+from .config import VAEConfig
+from .resample import Resample
+
+
+def _middle(dim: int) -> nn.ModuleList:
+    return nn.ModuleList([ResidualBlock(dim, dim), AttentionBlock(dim), ResidualBlock(dim, dim)])
+
+
+def _head(dim: int, out: int) -> nn.ModuleList:
+    return _Head([RMSNorm(dim), nn.SiLU(), CausalConv3d(dim, out, 3, padding=1)])
+
+
+class _Head(nn.ModuleList):
+    """``head``: [0 RMS norm, 1 SiLU, 2 causal conv] as one step."""
+
+    def forward(self, x: torch.Tensor, state: TemporalState | None = None) -> torch.Tensor:
+        return self[2](F.silu(self[0](x), inplace=True), state)
+
+
+def run_steps(steps, x: torch.Tensor, state: TemporalState | None, piece_frames: int | None) -> torch.Tensor:
+    """Apply ``steps`` in order. Streaming (``state`` given) with ``piece_frames``: whenever a chunk has grown
+    to more frames than that (after a temporal upsampling; at the encoder input), the remaining steps run on
+    pieces of ``piece_frames`` frames, earliest first. Every step is causal and carries its frames in
+    ``state``, so this is the same computation on smaller chunks: the full-resolution layers then hold one
+    frame (plus cached ones) at a time instead of four."""
+    for i, step in enumerate(steps):
+        if state is not None and piece_frames and x.shape[2] > piece_frames:
+            outs = [run_steps(steps[i:], piece, state, piece_frames) for piece in x.split(piece_frames, dim=2)]
+            outs = [o for o in outs if o.shape[2]]  # a temporal downsampling may emit nothing for a piece
+            return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+        x = step(x, state)
+        if x.shape[2] == 0:
+            return x
+    return x
+
+
+class Encoder(nn.Module):
+    """``x`` [B, 3, T, H, W] -> [B, 2*z_dim, 1 + (T-1)/4, H/8, W/8] (mean and log-variance, before ``conv1``)."""
+
+    def __init__(self, cfg: VAEConfig):
+        super().__init__()
+        dims = cfg.encoder_dims
+        self.conv1 = CausalConv3d(cfg.in_channels, dims[0], 3, padding=1)
+        layers: list[nn.Module] = []
+        last = len(cfg.dim_mult) - 1
+        for i, (in_dim, out_dim) in enumerate(zip(dims[:-1], dims[1:])):
+            for _ in range(cfg.num_res_blocks):
+                layers.append(ResidualBlock(in_dim, out_dim))
+                in_dim = out_dim
+            if i != last:
+                layers.append(Resample(out_dim, "downsample3d" if cfg.temporal_downsample[i] else "downsample2d"))
+        self.downsamples = nn.ModuleList(layers)
+        self.middle = _middle(dims[-1])
+        self.head = _head(dims[-1], 2 * cfg.z_dim)
+
+    def steps(self) -> list[nn.Module]:
+        return [self.conv1, *self.downsamples, *self.middle, self.head]
+
+    def forward(self, x: torch.Tensor, state: TemporalState | None = None, piece_frames: int | None = None):
+        return run_steps(self.steps(), x, state, piece_frames)
+
+
+class Decoder(nn.Module):
+    """``z`` [B, z_dim, T', H', W'] (after ``conv2``) -> [B, 3, 1 + 4(T'-1), 8H', 8W'] (not clamped)."""
+
+    def __init__(self, cfg: VAEConfig):
+        super().__init__()
+        dims = cfg.decoder_dims
+        self.conv1 = CausalConv3d(cfg.z_dim, dims[0], 3, padding=1)
+        self.middle = _middle(dims[0])
+        layers: list[nn.Module] = []
+        last = len(cfg.dim_mult) - 1
+        for i, (in_dim, out_dim) in enumerate(zip(dims[:-1], dims[1:])):
+            if i > 0:
+                in_dim //= 2  # every upsampling layer halves the width
+            for _ in range(cfg.num_res_blocks + 1):
+                layers.append(ResidualBlock(in_dim, out_dim))
+                in_dim = out_dim
+            if i != last:
+                layers.append(Resample(out_dim, "upsample3d" if cfg.temporal_upsample[i] else "upsample2d"))
+        self.upsamples = nn.ModuleList(layers)
+        self.head = _head(dims[-1], cfg.out_channels)
+
+    def steps(self) -> list[nn.Module]:
+        return [self.conv1, *self.middle, *self.upsamples, self.head]
+
+    def forward(self, x: torch.Tensor, state: TemporalState | None = None, piece_frames: int | None = None):
+        return run_steps(self.steps(), x, state, piece_frames)
+
+
+class WanVAEModel(nn.Module):
+    """Encoder + ``conv1`` (2z -> 2z) and ``conv2`` (z -> z) + decoder, with official parameter names.
+
+    Build on the ``meta`` device and load with ``load_state_dict(..., assign=True)``: parameters are created
+    with ``torch.empty`` and never randomly initialised.
+    """
+
+    def __init__(self, cfg: VAEConfig):
+        super().__init__()
+        self.config = cfg
+        self.encoder = Encoder(cfg)
+        self.conv1 = CausalConv3d(2 * cfg.z_dim, 2 * cfg.z_dim, 1)
+        self.conv2 = CausalConv3d(cfg.z_dim, cfg.z_dim, 1)
+        self.decoder = Decoder(cfg)
+
+    def encode_chunk(self, x: torch.Tensor, state: TemporalState | None = None,
+                     piece_frames: int | None = 1) -> torch.Tensor:
+        """``x`` [B, 3, T, H, W] -> raw mean ``mu`` [B, z_dim, T', H/8, W/8] (the log-variance is not computed).
+
+        ``state=None``: whole sequence (T = 4n+1 -> T' = n+1). With a state: one chunk of a stream
+        (frame 0 alone, then 4 frames per chunk -> 1 latent frame each), run ``piece_frames`` frames at a
+        time through the layers (``run_steps``; None: the chunk as a whole).
+        """
+        h = self.encoder(x, state, piece_frames)
+        z = self.config.z_dim
+        return F.conv3d(h, self.conv1.weight[:z], self.conv1.bias[:z])
+
+    def decode_chunk(self, z: torch.Tensor, state: TemporalState | None = None,
+                     piece_frames: int | None = 1) -> torch.Tensor:
+        """``z`` raw latents [B, z_dim, T', H', W'] -> video [B, 3, T, 8H', 8W'] clamped to [-1, 1].
+
+        ``state=None``: whole sequence (T = 1 + 4(T'-1)). With a state: one latent frame of a stream (1 video
+        frame for the first, 4 for each later one); after each temporal upsampling the frames continue
+        ``piece_frames`` at a time (None: together).
+        """
+        return self.decoder(self.conv2(z), state, piece_frames).clamp_(-1.0, 1.0)
+
+    def encode_full(self, x: torch.Tensor) -> torch.Tensor:
+        """Whole-sequence encode (the reference form of spec 3.2; memory grows with T)."""
+        return self.encode_chunk(x, None)
+
+    def decode_full(self, z: torch.Tensor) -> torch.Tensor:
+        """Whole-sequence decode (the reference form of spec 3.2; memory grows with T)."""
+        return self.decode_chunk(z, None)
+
+
+def build_model(cfg: VAEConfig, device: torch.device | str = "meta", dtype: torch.dtype | None = None) -> WanVAEModel:
+    """Construct without initialising weights (``meta``: no memory at all; other devices: uninitialised)."""
+    if str(device) == "meta":
+        with torch.device("meta"):
+            return WanVAEModel(cfg).to(dtype=dtype) if dtype else WanVAEModel(cfg)
+    with torch.device("meta"):
+        model = WanVAEModel(cfg)
+    return model.to_empty(device=device).to(dtype=dtype) if dtype else model.to_empty(device=device)
