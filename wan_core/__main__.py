@@ -49,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                         help="DiT weight dtype (auto: bf16 on GPU, as stored on CPU)")
     models.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    fast = g.add_argument_group("acceleration (see README: faster sampling)")
+    fast.add_argument("--attention", choices=["sdpa", "sage", "int8", "int8_fp8"], default="sdpa",
+                      help="sage: SageAttention on CUDA (falls back with a warning); int8: the Sage algorithm in torch")
+    fast.add_argument("--skiparse", choices=["none", "osp13", "suv"], default="none",
+                      help="training-free sparse self-attention (approximates the dense model)")
+    fast.add_argument("--skiparse-k", type=int, default=4, help="sparse ratio of osp13 (default 4)")
+    fast.add_argument("--weights", choices=["fp8_e4m3fn", "fp8_scaled"], default=None,
+                      help="keep/quantise the block linears in fp8 (half the memory of bf16)")
+    fast.add_argument("--gemm", choices=["upcast", "scaled_mm"], default="upcast",
+                      help="with fp8 weights: dequantise per layer, or FP8 GEMM (SM89+ GPUs)")
     s = g.add_argument_group("sampling (official Wan 2.1 defaults)")
     s.add_argument("--width", type=int, default=None, help="multiple of 16 (default 832)")
     s.add_argument("--height", type=int, default=None, help="multiple of 16 (default 480)")
@@ -92,13 +102,22 @@ def _find_model(models_dir: Path, folders: tuple[str, ...], must: tuple[str, ...
     return candidates[0]
 
 
+def _accel(args) -> dict:
+    """``load_dit`` acceleration keywords from the flags."""
+    return {"attention": args.attention, "skiparse": args.skiparse, "skiparse_k": args.skiparse_k,
+            "weights": args.weights, "gemm": args.gemm}
+
+
 def load_models(args, device: torch.device):
     """(dit, vae, text_encoder) for the parsed arguments."""
     from . import load_dit, load_text_encoder, load_vae
     from .demo import tiny_random_models
 
     if args.preset == "tiny-random":
-        return tiny_random_models(seed=0, device=device)
+        dit, vae, te = tiny_random_models(seed=0, device=device)
+        if args.attention != "sdpa" or args.skiparse != "none" or args.weights:
+            dit = load_dit(dit.state_dict(), config=dit.config, device=device, **_accel(args))
+        return dit, vae, te
     paths = {"dit": args.dit, "vae": args.vae, "text_encoder": args.text_encoder}
     if args.models_dir:
         md = Path(args.models_dir).expanduser()
@@ -111,7 +130,7 @@ def load_models(args, device: torch.device):
         raise UsageError(f"missing {', '.join(missing)} (or --models-dir, or --preset tiny-random)")
     dtype = DTYPES.get(args.dtype) if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else None)
     te_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    dit = load_dit(paths["dit"], dtype=dtype, device=device)
+    dit = load_dit(paths["dit"], dtype=dtype, device=device, **_accel(args))
     vae = load_vae(paths["vae"], dtype=torch.float32 if device.type == "cpu" else torch.bfloat16, device=device)
     te = load_text_encoder(paths["text_encoder"], tokenizer=args.tokenizer, dtype=te_dtype, device=device)
     return dit, vae, te
@@ -136,6 +155,8 @@ def cmd_generate(args) -> int:
         cfg.validate()
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if args.gemm == "scaled_mm" and not args.weights:
+        raise UsageError("--gemm scaled_mm needs fp8 weights: add --weights fp8_scaled (or fp8_e4m3fn)")
     out = Path(args.out)
     if out.suffix.lower() not in (".mp4", ".mkv", ".mov", ".webm", ".webp", ".gif", ""):
         raise UsageError(f"--out {out}: unknown extension; use .mp4/.mkv/.webm, .webp/.gif, or a folder")

@@ -25,6 +25,16 @@ def test_generate_tiny_random_writes_playable_mp4(tmp_path):
     assert (frames[0].width, frames[0].height) == (64, 48)
 
 
+def test_generate_with_acceleration_flags(tmp_path):
+    av = pytest.importorskip("av")
+    out = tmp_path / "fast.mp4"
+    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(out), "--frames", "5",
+                  "--steps", "2", "--attention", "int8", "--skiparse", "osp13", "--weights", "fp8_scaled")
+    assert res.returncode == 0, res.stderr
+    with av.open(str(out)) as container:
+        assert len(list(container.decode(video=0))) == 5
+
+
 def test_generate_webp_and_png_folder(tmp_path):
     from PIL import Image
 
@@ -45,6 +55,7 @@ def test_generate_webp_and_png_folder(tmp_path):
     (["--steps", "0"], "steps=0"),
     (["--solver", "heun"], "invalid choice: 'heun'"),
     (["--guidance", "-1"], "guidance=-1.0"),
+    (["--gemm", "scaled_mm"], "needs fp8 weights"),
 ])
 def test_bad_flags_give_one_line_and_exit_2(tmp_path, flags, message):
     res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "x.mp4"), *flags)
