@@ -4,17 +4,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 from wan_core.sampling import DEFAULT_NEGATIVE_PROMPT
 
-SPEC = Path(__file__).resolve().parents[2].parent / "shared" / "docs" / "wan_spec.md"
+# The spec's line, copied from the team's wan_spec.md 6.2 (the copy keeps the test alive where ../shared is absent).
+SPEC_LINE = Path(__file__).resolve().parent / "data" / "spec_negative_prompt.txt"
 
 
 def test_negative_prompt_equals_the_spec_text():
-    if not SPEC.is_file():
-        pytest.skip(f"spec not found at {SPEC}")
-    match = re.search(r"Default negative prompt \(exact\): `([^`]+)`", SPEC.read_text(encoding="utf-8"))
+    match = re.search(r"Default negative prompt \(exact\): `([^`]+)`", SPEC_LINE.read_text(encoding="utf-8"))
     assert match is not None, "the spec's negative prompt line was not found"
     assert DEFAULT_NEGATIVE_PROMPT == match.group(1)
 
