@@ -32,8 +32,8 @@ class RMSNorm(nn.Module):
         return y.to(x.dtype)
 
 
-class SelfAttention(nn.Module):
-    """``self_attn``: q, k, v, o with bias; q/k RMSNorm across heads; 3D RoPE on q and k; no mask."""
+class _Projections(nn.Module):
+    """The parameters both attentions share: q, k, v, o with bias and the q/k RMSNorms (official names)."""
 
     def __init__(self, dim: int, num_heads: int, qk_norm: bool = True, eps: float = 1e-6):
         super().__init__()
@@ -44,6 +44,10 @@ class SelfAttention(nn.Module):
         self.o = nn.Linear(dim, dim)
         self.norm_q = RMSNorm(dim, eps) if qk_norm else nn.Identity()
         self.norm_k = RMSNorm(dim, eps) if qk_norm else nn.Identity()
+
+
+class SelfAttention(_Projections):
+    """``self_attn``: q/k RMSNorm across heads, 3D RoPE on q and k, no mask."""
 
     def forward(self, h: torch.Tensor, freqs: torch.Tensor, attn: AttentionDispatch, layer: int) -> torch.Tensor:
         """``h [B, L, D]`` (weight dtype), ``freqs [L, d/2]`` complex RoPE rotations -> ``[B, L, D]``."""
@@ -55,18 +59,8 @@ class SelfAttention(nn.Module):
         return self.o(heads_last(out))
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(_Projections):
     """``cross_attn``: queries from the video tokens, keys/values from the 512 context rows; no RoPE, no mask."""
-
-    def __init__(self, dim: int, num_heads: int, qk_norm: bool = True, eps: float = 1e-6):
-        super().__init__()
-        self.num_heads = num_heads
-        self.q = nn.Linear(dim, dim)
-        self.k = nn.Linear(dim, dim)
-        self.v = nn.Linear(dim, dim)
-        self.o = nn.Linear(dim, dim)
-        self.norm_q = RMSNorm(dim, eps) if qk_norm else nn.Identity()
-        self.norm_k = RMSNorm(dim, eps) if qk_norm else nn.Identity()
 
     def forward(self, h: torch.Tensor, ctx: torch.Tensor, attn: AttentionDispatch, layer: int) -> torch.Tensor:
         """``h [B, L, D]``, ``ctx [B, 512, D]`` -> ``[B, L, D]``."""
