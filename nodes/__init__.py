@@ -1,11 +1,11 @@
 """The ComfyUI node layer: every node declared once (``declare.NodeSpec``), registered as V3 or V1."""
 from __future__ import annotations
 
-from . import conditioning, latent, models, sampler, vae
+from . import conditioning, latent, models, prompt_rewrite, sampler, vae
 from .declare import NodeSpec, v1_class, v3_class
 
 NODE_SPECS: tuple[NodeSpec, ...] = (
-    *models.NODES, *conditioning.NODES, *latent.NODES, *sampler.NODES, *vae.NODES,
+    *models.NODES, *conditioning.NODES, *prompt_rewrite.NODES, *latent.NODES, *sampler.NODES, *vae.NODES,
 )
 
 

@@ -79,6 +79,54 @@ def model_path(folder: str, name: str) -> Path:
     raise FileNotFoundError(f"model file {name!r} not found in '{folder}' ({where}); {hint}")
 
 
+def model_folder_roots(folder: str) -> list[Path]:
+    """The directories of a ComfyUI model folder name; a name ComfyUI does not know (``LLM``) is registered
+    as ``models/<name>`` first. Outside ComfyUI: ``WANCORE_MODELS_DIR/<name>`` (and its usual aliases)."""
+    if IN_COMFYUI:
+        if folder not in _folder_paths.folder_names_and_paths:
+            _folder_paths.add_model_folder_path(folder, os.path.join(_folder_paths.models_dir, folder))
+        return [Path(p) for p in _folder_paths.get_folder_paths(folder)]
+    return [models_dir() / sub for sub in _FALLBACK_FOLDERS.get(folder, (folder,))]
+
+
+def list_model_folders(folder: str, max_depth: int = 3) -> list[str]:
+    """Model *folders* (directories with a ``config.json``, e.g. transformers LLMs) under a ComfyUI folder name,
+    relative to its root (``Qwen2.5-3B-Instruct``, ``Qwen/Qwen2.5-3B-Instruct``); not searched below a model."""
+    names: set[str] = set()
+    for root in model_folder_roots(folder):
+        if not root.is_dir():
+            continue
+        for here, dirs, files in os.walk(root, followlinks=True):
+            rel = Path(here).relative_to(root)
+            if "config.json" in files and rel.parts:
+                names.add(rel.as_posix())
+                dirs[:] = []
+            elif len(rel.parts) >= max_depth:
+                dirs[:] = []
+            else:
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    return sorted(names)
+
+
+def model_folder_path(folder: str, name: str) -> Path:
+    """Resolve a model-folder choice (``list_model_folders``) to a directory, with an error that names the
+    ComfyUI folder, where it looked and what is there. ``..`` is refused; an existing absolute path is taken."""
+    roots = model_folder_roots(folder)
+    if os.path.isabs(name):
+        if os.path.isdir(name):
+            return Path(name)
+    elif name and ".." not in Path(name).parts:
+        for root in roots:
+            p = root / name
+            if p.is_dir():
+                return p
+    available = list_model_folders(folder)
+    hint = (f"available: {', '.join(available[:8])}" if available else
+            "no model folders there (a model folder holds config.json, the weights and the tokenizer files)")
+    where = ", ".join(str(r) for r in roots)
+    raise FileNotFoundError(f"model folder {name!r} not found in '{folder}' ({where}); {hint}")
+
+
 def torch_device() -> torch.device:
     if IN_COMFYUI:
         return _mm.get_torch_device()
@@ -93,13 +141,6 @@ def offload_device() -> torch.device:
 
 def intermediate_device() -> torch.device:
     return _mm.intermediate_device() if IN_COMFYUI else torch.device("cpu")
-
-
-def free_memory_for(module: torch.nn.Module, device: torch.device) -> None:
-    """Ask ComfyUI to unload its own models until ``module`` fits on ``device`` (no-op outside ComfyUI)."""
-    if IN_COMFYUI and device.type != "cpu":
-        need = sum(p.numel() * p.element_size() for p in module.parameters())
-        _mm.free_memory(need * 1.2 + 512 * 1024**2, device)
 
 
 def soft_empty_cache() -> None:
@@ -182,21 +223,49 @@ def _module_of(model) -> torch.nn.Module | None:
     return inner if isinstance(inner, torch.nn.Module) else None
 
 
-class on_device:
-    """Context manager: run ``model`` on ``device`` (freeing ComfyUI memory first), offload it afterwards.
+class _Managed(torch.nn.Module):
+    """Holder handed to ComfyUI's ModelPatcher, which assigns ``.device`` on the module it manages (a
+    read-only property on WanDiT and transformers models), so the real module sits one level down."""
 
-    Works for ``torch.nn.Module`` and the wan_core wrappers that have ``.to(device)``.
+    def __init__(self, module: torch.nn.Module):
+        super().__init__()
+        self.inner = module
+        self.device = next(module.parameters()).device
+
+
+class on_device:
+    """Context manager: make ``model`` ready on its device for the duration of a node's work.
+
+    Inside ComfyUI the module is handed to ComfyUI's model management (a ``ModelPatcher``): it is loaded on
+    the GPU, stays there between runs, and is moved to the offload device when ComfyUI needs the memory for
+    other models. Outside ComfyUI it is moved to ``device`` and back to the offload device afterwards.
+    Works for ``torch.nn.Module`` and the wan_core wrappers (``WanVAE``, ``TextEncoder``) with ``.to()``.
     """
 
     def __init__(self, model, device: torch.device | None = None):
         self.model = model
         self.device = torch.device(device or getattr(model, "wancore_device", None) or torch_device())
+        self.moved = False
+
+    def _patcher(self, module: torch.nn.Module):
+        patcher = getattr(self.model, "wancore_patcher", None)
+        if patcher is None or patcher.load_device != self.device:
+            import comfy.model_patcher  # type: ignore[import-not-found]
+
+            patcher = comfy.model_patcher.ModelPatcher(_Managed(module), load_device=self.device,
+                                                       offload_device=offload_device())
+            self.model.wancore_patcher = patcher
+        return patcher
 
     def __enter__(self):
         module = _module_of(self.model)
-        self.moved = module is not None and next(module.parameters()).device != self.device
+        if module is None:
+            return self.model
+        if IN_COMFYUI:
+            _mm.load_models_gpu([self._patcher(module)], force_full_load=True)
+            return self.model
+        self.moved = next(module.parameters()).device != self.device
         if self.moved:
-            free_memory_for(module, self.device)
             self.model.to(self.device)
         return self.model
 

@@ -113,11 +113,12 @@ MODEL_LOADER = NodeSpec(
         Input("attention", "COMBO", default="sdpa", options=ATTENTION_CHOICES,
               tooltip="sdpa: PyTorch; sage: SageAttention (CUDA, pip install sageattention; falls back to "
                       "int8/sdpa with a warning); int8: the Sage algorithm in plain torch"),
-        Input("skiparse", "COMBO", default="none", options=SKIPARSE_CHOICES,
+        Input("skiparse", "COMBO", default="none", options=SKIPARSE_CHOICES, optional=True,
               tooltip="training-free sparse self-attention (Open-Sora Plan): faster, approximates the dense "
                       "model. osp13: dense first/last 2 blocks, single/group skip with ratio k; suv: U-shaped k"),
-        Input("skiparse_k", "INT", default=4, min=1, max=16, tooltip="sparse ratio of osp13", advanced=True),
-        Input("gemm", "COMBO", default="upcast", options=GEMM_CHOICES, advanced=True,
+        Input("skiparse_k", "INT", default=4, min=1, max=16, tooltip="sparse ratio of osp13", advanced=True,
+              optional=True),
+        Input("gemm", "COMBO", default="upcast", options=GEMM_CHOICES, advanced=True, optional=True,
               tooltip="with fp8 weights: upcast (dequantise per layer) or scaled_mm (FP8 GEMM, SM89+ GPUs)"),
         Input("device", "COMBO", default="auto", options=("auto", "cpu"),
               tooltip="auto: ComfyUI's GPU while sampling, offloaded in between"),
