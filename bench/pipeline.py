@@ -3,7 +3,7 @@
 Same random weights, embeddings, initial noise and schedule; the text encoder is left out (both take
 precomputed embeddings). After one warm-up run each, runs interleaved (ours, theirs, ...) and prints the median time ratio per dtype.
 
-    python bench/pipeline.py [--steps 10] [--frames 17] [--size 256] [--repeats 2]
+    python bench/pipeline.py [--steps 10] [--frames 17] [--size 256] [--repeats 2] [--dtypes float32,bfloat16]
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=17)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--dtypes", default="float32,bfloat16")
     args = ap.parse_args()
 
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler
@@ -52,7 +53,7 @@ def main() -> None:
     uncond[:, :8] = torch.randn(1, 8, 4096)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; DiT dim {cfg.dim} x {cfg.num_layers} blocks, "
           f"real VAE widths, {args.frames} frames {w}x{h}, {args.steps} UniPC steps, CFG 5")
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in [getattr(torch, name) for name in args.dtypes.split(",")]:
         scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
                                             flow_shift=5.0, solver_order=2, solver_type="bh2")
         theirs = DiffusersWanPipeline(tokenizer=None, text_encoder=None, transformer=transformer.to(dtype),
