@@ -1,0 +1,102 @@
+"""One prepared script for a lent GPU (issue 5's device checks; not a test). Prints one line per check.
+
+1. attention at --tokens (12 heads x 128, bf16): sdpa vs sage (if importable) vs int8, time and accuracy
+   (cosine, rel-L1) against fp32 SDPA;
+2. FP8 GEMM at 1.3B widths (the FFN and q/k/v/o shapes): bf16 linear vs FP8Linear upcast vs scaled_mm;
+3. a 2-block 1.3B-width DiT forward: bf16 sdpa vs fp8_scaled + scaled_mm + sage.
+
+    python bench/gpu_check.py [--tokens 32760] [--repeats 5] [--device cuda]
+Runs on CPU too (small --tokens) so the script itself is checked where no GPU is lent.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+from wan_core.attention.dispatch import get_backend
+from wan_core.config import DIT_PRESETS
+from wan_core.dit.model import WanDiT
+from wan_core.quant.fp8 import FP8Linear
+
+
+def timed(fn, repeats: int, device: torch.device) -> float:
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def accuracy(out: torch.Tensor, ref: torch.Tensor) -> str:
+    a, b = out.float().flatten(), ref.float().flatten()
+    cos = F.cosine_similarity(a, b, dim=0).item()
+    return f"cos {cos:.5f} rel-L1 {((a - b).abs().sum() / b.abs().sum()).item():.2e}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--tokens", type=int, default=32760)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dit-grid", type=int, nargs=3, default=[21, 30, 52], metavar=("F", "H", "W"),
+                    help="latent patch grid of the DiT check (default: 81 frames at 832x480)")
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    print(f"# {name}, torch {torch.__version__}")
+
+    g = torch.Generator().manual_seed(0)
+    shape = (1, 12, args.tokens, 128)
+    q, k, v = (torch.randn(shape, generator=g).to(dev, torch.bfloat16) for _ in range(3))
+    k = k + torch.randn(1, 12, 1, 128, generator=g).to(dev, torch.bfloat16) * 4  # DiT-like shared key offset
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    for backend in ("sdpa", "sage", "int8"):
+        fn = get_backend(backend).fn
+        out = fn(q, k, v)
+        t = timed(lambda: fn(q, k, v), args.repeats, dev)
+        print(f"attention {backend:5s} {args.tokens} tokens: {t * 1e3:8.1f} ms  {accuracy(out, ref)}")
+
+    for n, kk in ((8960, 1536), (1536, 8960), (1536, 1536)):
+        x = torch.randn(args.tokens, kk, generator=g).to(dev, torch.bfloat16)
+        lin = torch.nn.Linear(kk, n).to(dev, torch.bfloat16)
+        ref = lin(x)
+        for gemm in ("upcast", "scaled_mm"):
+            fp8 = FP8Linear.from_linear(lin, gemm=gemm).to(dev)
+            out = fp8(x)
+            t = timed(lambda: fp8(x), args.repeats, dev)
+            print(f"gemm [{args.tokens}x{kk}]x[{kk}x{n}] fp8 {gemm:9s}: {t * 1e3:8.1f} ms  {accuracy(out, ref)}")
+        t = timed(lambda: lin(x), args.repeats, dev)
+        print(f"gemm [{args.tokens}x{kk}]x[{kk}x{n}] bf16          : {t * 1e3:8.1f} ms")
+
+    from wan_core import load_dit
+
+    cfg = DIT_PRESETS["wan2.1-t2v-1.3b"].replace(num_layers=2)
+    dense = WanDiT(cfg).to(torch.bfloat16)
+    sd = {k: v.contiguous() for k, v in dense.state_dict().items()}
+    f, h, w = args.dit_grid
+    x = torch.randn(1, 16, f, 2 * h, 2 * w, generator=g).to(dev)
+    ctx = [torch.randn(20, 4096, generator=g).to(dev)]
+    t5 = torch.tensor([500], device=dev)
+    base = load_dit(sd, config=cfg, device=dev)
+    fast = load_dit(sd, config=cfg, device=dev, dtype=torch.bfloat16, attention="sage", weights="fp8_scaled",
+                    gemm="scaled_mm")
+    with torch.inference_mode():
+        ref = base(x, t5, ctx)
+        out = fast(x, t5, ctx)
+        tb = timed(lambda: base(x, t5, ctx), max(1, args.repeats // 2), dev)
+        tf = timed(lambda: fast(x, t5, ctx), max(1, args.repeats // 2), dev)
+    print(f"DiT 2 blocks {f * h * w} tokens: bf16 sdpa {tb:.3f} s, fp8+scaled_mm+sage {tf:.3f} s "
+          f"({tb / tf:.2f}x)  {accuracy(out, ref)}")
+
+
+if __name__ == "__main__":
+    main()
