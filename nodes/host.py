@@ -206,6 +206,17 @@ class Progress:
         self.close()
 
 
+def loading_progress(desc: str) -> tuple[Callable[[int, int], None], "Progress"]:
+    """A ``(done, total)`` callback for model loading: progress bar plus the interrupt check."""
+    bar = Progress(1, desc)
+
+    def callback(done: int, total: int) -> None:
+        check_interrupt()
+        bar.update(done, total=total)
+
+    return callback, bar
+
+
 def progress_callback(total: int, desc: str, preview: Callable[[torch.Tensor], Any] | None = None):
     """A ``(step, total, x, x0_hat)`` sampling callback driving a ``Progress``; returns (callback, progress)."""
     bar = Progress(total, desc)

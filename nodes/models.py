@@ -77,8 +77,10 @@ def load_model(model_name: str, weight_dtype: str = "auto", attention: str = "sd
     dtype, weights = _weights_for(path, weight_dtype, target)
     if gemm == "scaled_mm" and weights is None:
         raise ValueError("gemm: scaled_mm needs fp8 weights; choose weight_dtype fp8_scaled or fp8_e4m3fn")
-    dit = wan_core.load_dit(path, dtype=dtype, device="cpu", attention=attention, skiparse=skiparse,
-                            skiparse_k=skiparse_k, weights=weights, gemm=gemm)
+    progress, bar = host.loading_progress(f"loading {model_name}")
+    with bar:
+        dit = wan_core.load_dit(path, dtype=dtype, device="cpu", attention=attention, skiparse=skiparse,
+                                skiparse_k=skiparse_k, weights=weights, gemm=gemm, progress=progress)
     dit.wancore_device = target  # where the sampler runs it; it rests on the offload device in between
     return (dit,)
 
@@ -94,8 +96,10 @@ def load_vae(vae_name: str, dtype: str = "auto"):
 def load_text_encoder(text_encoder_name: str, tokenizer: str = "", device: str = "default", dtype: str = "auto"):
     path = host.model_path("text_encoders", text_encoder_name)
     target = host.torch_device() if device == "default" else torch.device("cpu")
-    te = wan_core.load_text_encoder(path, tokenizer=tokenizer.strip() or None,
-                                    dtype=_dtype_for(dtype, target), device="cpu")
+    progress, bar = host.loading_progress(f"loading {text_encoder_name}")
+    with bar:
+        te = wan_core.load_text_encoder(path, tokenizer=tokenizer.strip() or None,
+                                        dtype=_dtype_for(dtype, target), device="cpu", progress=progress)
     te.wancore_device = target
     return (te,)
 

@@ -102,6 +102,23 @@ def _find_model(models_dir: Path, folders: tuple[str, ...], must: tuple[str, ...
     return candidates[0]
 
 
+def _tqdm_progress(desc: str):
+    """A ``(done, total)`` loading callback drawing a tqdm bar (closed when done == total)."""
+    from tqdm.auto import tqdm
+
+    bar = None
+
+    def callback(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc=desc, unit="tensor", leave=False)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return callback
+
+
 def _accel(args) -> dict:
     """``load_dit`` acceleration keywords from the flags."""
     return {"attention": args.attention, "skiparse": args.skiparse, "skiparse_k": args.skiparse_k,
@@ -130,9 +147,11 @@ def load_models(args, device: torch.device):
         raise UsageError(f"missing {', '.join(missing)} (or --models-dir, or --preset tiny-random)")
     dtype = DTYPES.get(args.dtype) if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else None)
     te_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    dit = load_dit(paths["dit"], dtype=dtype, device=device, **_accel(args))
+    dit = load_dit(paths["dit"], dtype=dtype, device=device, progress=_tqdm_progress("loading DiT"),
+                   **_accel(args))
     vae = load_vae(paths["vae"], dtype=torch.float32 if device.type == "cpu" else torch.bfloat16, device=device)
-    te = load_text_encoder(paths["text_encoder"], tokenizer=args.tokenizer, dtype=te_dtype, device=device)
+    te = load_text_encoder(paths["text_encoder"], tokenizer=args.tokenizer, dtype=te_dtype, device=device,
+                           progress=_tqdm_progress("loading text encoder"))
     return dit, vae, te
 
 

@@ -336,15 +336,20 @@ def materialize(
     dtype: torch.dtype | None = None,
     device: torch.device | str = "cpu",
     keep_fp8: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Read every parameter into a plain dict, dequantising fp8 weights and dropping quantisation aux tensors.
 
     ``dtype``: cast floating tensors to it (None keeps the stored dtype; fp8 is then dequantised to float32).
     ``keep_fp8``: leave fp8 weights as they are and keep their scales (for the FP8 compute path).
     Dequantised weights equal ``fp8.float() * scale`` exactly when ``dtype`` is float32.
+    ``progress(done, total)`` is called after every tensor read (it may raise to stop the load).
     """
     out: dict[str, torch.Tensor] = {}
-    for k in sd:
+    keys = list(sd)
+    for i, k in enumerate(keys):
+        if progress is not None:
+            progress(i, len(keys))
         if is_quant_aux_key(k) and not keep_fp8:
             continue
         t = sd[k]
@@ -354,6 +359,8 @@ def materialize(
         elif dtype is not None and t.is_floating_point() and t.dtype not in FP8_DTYPES:
             t = t.to(dtype)
         out[k] = t.to(device) if str(device) != "cpu" else t
+    if progress is not None:
+        progress(len(keys), len(keys))
     return out
 
 

@@ -195,3 +195,23 @@ def test_sharded_diffusers_folder_with_missing_shard(tmp_path):
     shards[-1].unlink()
     with pytest.raises(CheckpointError, match="missing"):
         load_dit(tmp_path / "dif")
+
+
+@pytest.mark.parametrize("weights", [None, "fp8_scaled"])
+def test_loading_reports_progress_and_can_be_stopped(weights, tmp_path):
+    sd = {k: v for k, v in WanDiT(CFG).state_dict().items()}
+    save_file(sd, tmp_path / "m.safetensors")
+    calls = []
+    load_dit(tmp_path / "m.safetensors", config=CFG, weights=weights, progress=lambda d, t: calls.append((d, t)))
+    assert calls[0] == (0, len(sd)) and calls[-1] == (len(sd), len(sd))
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+    class Stop(Exception):
+        pass
+
+    def stop(done, total):
+        if done == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        load_dit(tmp_path / "m.safetensors", config=CFG, weights=weights, progress=stop)

@@ -9,6 +9,8 @@ copy of the model is ever built.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import dataclasses
 from dataclasses import dataclass
 
@@ -153,7 +155,8 @@ def _weight_dtype(opts: ModelOptions, dtype: torch.dtype | None, sd: LazyStateDi
     return dtype or default_dtype(stored_float_dtype(sd))
 
 
-def _load_fp8(model: WanDiT, sd: LazyStateDict, dtype: torch.dtype, device, opts: ModelOptions) -> None:
+def _load_fp8(model: WanDiT, sd: LazyStateDict, dtype: torch.dtype, device, opts: ModelOptions,
+              progress=None) -> None:
     """Assign ``sd`` to the meta ``model`` with the block Linear layers as ``FP8Linear``, one tensor at a time.
 
     fp8 weights in the file are kept with their scale (``scale_weight`` | ``weight_scale``; ``scale_input``
@@ -165,7 +168,10 @@ def _load_fp8(model: WanDiT, sd: LazyStateDict, dtype: torch.dtype, device, opts
     full_precision_mm = marker is not None and marker.numel() == 2  # ComfyUI: "dequantise, then matmul"
     tensors: dict[str, torch.Tensor] = {}
     layers: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
-    for key in sd:
+    keys = list(sd)
+    for i, key in enumerate(keys):
+        if progress is not None:
+            progress(i, len(keys))
         if is_quant_aux_key(key):
             continue
         t = sd[key]
@@ -186,6 +192,8 @@ def _load_fp8(model: WanDiT, sd: LazyStateDict, dtype: torch.dtype, device, opts
         else:
             t = t.to(device)
         tensors[key] = t
+    if progress is not None:
+        progress(len(keys), len(keys))
     gemm = "upcast" if full_precision_mm else opts.gemm
     for layer, (w8, scale) in layers.items():
         fp8 = FP8Linear.from_quantized(w8, scale, tensors.pop(f"{layer}.bias", None), compute_dtype=dtype,
@@ -209,6 +217,7 @@ def load_dit(
     weights: str | None = None,
     gemm: str | None = None,
     options: ModelOptions | None = None,
+    progress: Callable[[int, int], None] | None = None,
     **option_fields,
 ) -> WanDiT:
     """Load a Wan DiT from a file, a diffusers folder or a state dict.
@@ -219,6 +228,7 @@ def load_dit(
     ``skiparse`` ("none" | "osp13" | "suv" | "custom"), ``weights`` ("fp32" | "bf16" | "fp16" |
     "fp8_e4m3fn" | "fp8_scaled"), ``gemm`` ("upcast" | "scaled_mm"); any other ``ModelOptions`` field
     (e.g. ``skiparse_ks=...``) as a keyword; ``options`` gives them all at once (keywords win).
+    ``progress(done, total)``: called per tensor read (it may raise to stop loading).
     Returns the model in eval mode on ``device``; the options used are ``model.load_options``.
     """
     opts = _merge_options(options, attention, skiparse, weights, gemm, option_fields)
@@ -243,9 +253,9 @@ def load_dit(
                  f"the Wan DiT config {config.name} (dim {config.dim}, {config.num_layers} layers)")
     target = _weight_dtype(opts, dtype, sd)
     if opts.fp8:
-        _load_fp8(model, sd, target, device, opts)
+        _load_fp8(model, sd, target, device, opts, progress)
     else:
-        tensors = materialize(sd, target, device=device)
+        tensors = materialize(sd, target, device=device, progress=progress)
         model.load_state_dict(tensors, assign=True, strict=True)
     model.attention = dispatch
     model.load_options = opts

@@ -301,8 +301,9 @@ def load_text_encoder(
     config: TextEncoderConfig | str | None = None,
     cache_size: int = 16,
     batch_size: int = 8,
+    progress: Callable[[int, int], None] | None = None,
 ) -> TextEncoder:
-    """Load the umT5 encoder of Wan 2.1 and its tokenizer.
+    """Load the umT5 encoder of Wan 2.1 and its tokenizer (``progress(done, total)`` per tensor read).
 
     ``src``: the official ``models_t5_umt5-xxl-enc-bf16.pth``, a ComfyUI ``umt5_xxl_*.safetensors`` (fp16,
     bf16, fp8, scaled fp8; also inside an all-in-one file under ``text_encoders.umt5xxl.transformer.``), a
@@ -349,7 +350,7 @@ def load_text_encoder(
     hf = body.rename(to_hf) if naming == "official" else body
     stored = stored_float_dtype(hf)
     target = dtype or (torch.bfloat16 if stored in FP8_DTYPES else stored)
-    tensors = materialize(hf, dtype=target, device=device)
+    tensors = materialize(hf, dtype=target, device=device, progress=progress)
     if target == torch.float16:
         for k in list(tensors):
             if k.endswith("DenseReluDense.wo.weight"):
