@@ -68,3 +68,29 @@ def test_missing_models_is_one_line_error(tmp_path):
     res = run_cli("generate", "--prompt", "x", "--out", str(tmp_path / "x.mp4"))
     assert res.returncode == 2
     assert "--dit" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_generate_from_a_models_folder(tmp_path):
+    """The real loading path: files in a ComfyUI-style folder, found by name, loaded with progress."""
+    import torch
+    from safetensors.torch import save_file
+
+    from wan_core.demo import tiny_random_models, tiny_tokenizer_bytes
+
+    dit, vae, te = tiny_random_models(seed=3)
+    models = tmp_path / "models"
+    for sub in ("diffusion_models", "vae", "text_encoders"):
+        (models / sub).mkdir(parents=True)
+    save_file({f"model.diffusion_model.{k}": v.contiguous() for k, v in dit.state_dict().items()},
+              models / "diffusion_models" / "tiny_wan_t2v.safetensors")
+    save_file({k: v.contiguous() for k, v in vae.model.state_dict().items()}, models / "vae" / "tiny_wan_vae.safetensors")
+    sd = {k: v.contiguous() for k, v in te.model.state_dict().items() if k != "encoder.embed_tokens.weight"}
+    sd["spiece_model"] = torch.frombuffer(bytearray(tiny_tokenizer_bytes()), dtype=torch.uint8)
+    save_file(sd, models / "text_encoders" / "tiny_umt5.safetensors")
+    out = tmp_path / "out.webp"
+    res = run_cli("generate", "--models-dir", str(models), "--prompt", "a fox", "--out", str(out), "--frames", "5",
+                  "--width", "32", "--height", "32", "--steps", "2", "--device", "cpu")
+    assert res.returncode == 0, res.stderr
+    assert out.exists() and "wrote" in res.stderr
+    res = run_cli("generate", "--models-dir", str(tmp_path / "empty"), "--prompt", "x", "--out", str(out))
+    assert res.returncode == 2 and "no Wan T2V DiT found" in res.stderr
