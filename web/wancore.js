@@ -137,8 +137,10 @@ function drawEstimate(node, ctx) {
     info = { lines: [`estimate unavailable: ${err.message}`], problems: [] };
   }
   const wanted = extraHeight(info.problems.length);
-  if (node._wancoreExtra !== wanted) { // grow or shrink when the number of warning lines changes
-    const base = node.size[1] - (node._wancoreExtra ?? 0);
+  // The widgets' own height: a size saved in a workflow file may not include our lines, so measure it.
+  const base = typeof node.computeSize === "function" ? node.computeSize()[1]
+    : node.size[1] - (node._wancoreExtra ?? 0);
+  if (node._wancoreExtra !== wanted || node.size[1] < base + wanted) { // warnings changed, or a loaded size
     node._wancoreExtra = wanted;
     node.setSize([node.size[0], base + wanted]);
   }
