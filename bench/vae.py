@@ -21,21 +21,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wan_core.vae import WAN21_VAE, build_model, load_vae  # noqa: E402
+from wan_core.vae import WAN21_VAE, load_vae  # noqa: E402
 from wan_core.vae.keys import official_to_diffusers  # noqa: E402
+from wan_core.demo import random_vae_model  # noqa: E402
 
 
 def random_weights(seed: int = 0) -> dict[str, torch.Tensor]:
-    model = build_model(WAN21_VAE, "cpu")
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("gamma"):
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
-            else:
-                fan_in = p[0].numel() if p.dim() > 1 else 1
-                p.copy_(torch.randn(p.shape, generator=gen) / fan_in ** 0.5)
-    return model.state_dict()
+    return random_vae_model(WAN21_VAE, seed).state_dict()
 
 
 def cpu_peak(fn):

@@ -42,6 +42,24 @@ def randomize_(module: torch.nn.Module) -> None:
                 p.normal_(0.0, (p[0].numel() if p.dim() > 1 else 1) ** -0.5)
 
 
+def random_vae_model(cfg=None, seed: int = 0) -> torch.nn.Module:
+    """A Wan VAE model (default: the real 2.1 widths) with every tensor random: gains 1 + 0.1 N(0,1), other
+    tensors N(0,1) / sqrt(fan_in). For benchmarks and memory probes, where outputs only need to be finite."""
+    from .vae.config import WAN21_VAE
+    from .vae.model import build_model
+
+    model = build_model(cfg or WAN21_VAE, "cpu")  # uninitialised storage, filled below
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("gamma"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                fan_in = p[0].numel() if p.dim() > 1 else 1
+                p.copy_(torch.randn(p.shape, generator=gen) / fan_in ** 0.5)
+    return model.eval()
+
+
 def tiny_random_models(seed: int = 0, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
     """(dit, vae, text_encoder) with random weights and matching widths (text dim 32)."""
     from .config import DIT_PRESETS, TEXT_ENCODER_PRESETS

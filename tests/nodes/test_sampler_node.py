@@ -12,13 +12,21 @@ def tiny():
     return tiny_random_models(seed=0)
 
 
-def test_interrupt_stops_within_one_step(pack, tiny):
+@pytest.fixture(scope="module")
+def node(pack):
+    """The pack's node modules by short name (``node.sampler``, ``node.host``, ...), imported as ComfyUI does."""
     from importlib import import_module
+    from types import SimpleNamespace
 
-    host = import_module(pack.__name__ + ".nodes.host")
-    sampler = import_module(pack.__name__ + ".nodes.sampler")
-    conditioning = import_module(pack.__name__ + ".nodes.conditioning")
-    latent = import_module(pack.__name__ + ".nodes.latent")
+    names = ("host", "sampler", "conditioning", "latent", "vae", "models")
+    return SimpleNamespace(**{n: import_module(f"{pack.__name__}.nodes.{n}") for n in names})
+
+
+def test_interrupt_stops_within_one_step(node, tiny):
+    host = node.host
+    sampler = node.sampler
+    conditioning = node.conditioning
+    latent = node.latent
     dit, _vae, te = tiny
     (embeds,) = conditioning.text_encode(te, "a fox", "")
     (lat,) = latent.empty_latent(64, 64, 5, 1)
@@ -40,13 +48,11 @@ def test_interrupt_stops_within_one_step(pack, tiny):
     assert len(calls) == 4
 
 
-def test_chain_produces_frames(pack, tiny):
-    from importlib import import_module
-
-    sampler = import_module(pack.__name__ + ".nodes.sampler")
-    conditioning = import_module(pack.__name__ + ".nodes.conditioning")
-    latent = import_module(pack.__name__ + ".nodes.latent")
-    vae_nodes = import_module(pack.__name__ + ".nodes.vae")
+def test_chain_produces_frames(node, tiny):
+    sampler = node.sampler
+    conditioning = node.conditioning
+    latent = node.latent
+    vae_nodes = node.vae
     dit, vae, te = tiny
     (embeds,) = conditioning.text_encode(te, "a fox", "blurry")
     (lat,) = latent.empty_latent(64, 48, 9, 2)
@@ -60,10 +66,8 @@ def test_chain_produces_frames(pack, tiny):
     assert enc["samples"].shape == (1, 16, 3, 6, 8)
 
 
-def test_bad_canvas_inputs_name_the_input(pack, tiny):
-    from importlib import import_module
-
-    latent = import_module(pack.__name__ + ".nodes.latent")
+def test_bad_canvas_inputs_name_the_input(node, tiny):
+    latent = node.latent
     assert "frames=80" in latent.validate_size(832, 480, 80) and "77 or 81" in latent.validate_size(832, 480, 80)
     assert "width=830" in latent.validate_size(830, 480, 81)
     assert latent.validate_size(832, 480, 81) is True
@@ -71,14 +75,12 @@ def test_bad_canvas_inputs_name_the_input(pack, tiny):
         latent.empty_latent(832, 480, 80)
 
 
-def test_model_loader_errors(pack, models_dir):
-    from importlib import import_module
-
+def test_model_loader_errors(node, models_dir):
     from safetensors.torch import save_file
 
     from wan_core import CheckpointError
 
-    models = import_module(pack.__name__ + ".nodes.models")
+    models = node.models
     with pytest.raises(FileNotFoundError, match=r"'nope.safetensors' not found in 'diffusion_models'"):
         models.load_model("nope.safetensors")
     save_file({"decoder.upsamples.0.residual.0.gamma": torch.ones(4, 1, 1, 1),

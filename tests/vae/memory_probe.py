@@ -24,21 +24,13 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from wan_core.vae import WAN21_VAE, WanVAE, build_model  # noqa: E402
+from wan_core.demo import random_vae_model  # noqa: E402
+from wan_core.vae import WAN21_VAE, WanVAE  # noqa: E402
 
 
 def random_vae(seed: int = 0, cfg=WAN21_VAE) -> WanVAE:
     """The VAE with random weights (every tensor random; conv weights scaled by 1/sqrt(fan_in))."""
-    model = build_model(cfg, "cpu")  # uninitialised storage, filled below
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("gamma"):
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
-            else:
-                fan_in = p[0].numel() if p.dim() > 1 else 1
-                p.copy_(torch.randn(p.shape, generator=gen) / fan_in ** 0.5)
-    return WanVAE(model.eval(), source="<random>")
+    return WanVAE(random_vae_model(cfg, seed), source="<random>")
 
 
 def profiled_peak_bytes(fn):
