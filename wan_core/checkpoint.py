@@ -198,16 +198,71 @@ def _unwrap_state_dict(obj: Any, path: str) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def file_inside(folder: Path, entry: object, source: Path | str) -> Path:
+    """``folder / entry`` for a file name read from ``source`` (a shard index, a tokenizer config), refusing
+    names that leave ``folder``: absolute paths, ``..``, or a sub-folder that is a link to elsewhere.
+
+    A model folder's JSON is data from whoever published the model; it must not make a server read files
+    outside the folder it was given. The file itself may be a link (the Hugging Face cache links every file
+    of a snapshot to its blob store), but the directory it sits in must resolve inside ``folder``.
+    """
+    def refuse(why: str) -> CheckpointError:
+        return CheckpointError(f"{source}: refused the entry {entry!r}: {why}; every file it names must be "
+                               f"inside {folder}")
+
+    if not isinstance(entry, str) or not entry.strip() or not Path(entry).name:
+        raise refuse("not a file name")
+    rel = Path(entry)
+    if rel.is_absolute() or rel.anchor or Path(entry.replace("\\", "/")).is_absolute():
+        raise refuse("an absolute path")
+    if ".." in rel.parts or ".." in entry.replace("\\", "/").split("/"):
+        raise refuse("it climbs out with '..'")
+    path = folder / rel
+    if not path.parent.resolve().is_relative_to(folder.resolve()):
+        raise refuse("its folder is a link to a place outside the model folder")
+    return path
+
+
+def _shard_files(index: Path, folder: Path) -> list[Path]:
+    """The shard files named by a ``*.safetensors.index.json`` ``weight_map``, all inside ``folder``."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        shards = set(weight_map.values())
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{index}: not a valid shard index (needs a 'weight_map'): {e}") from e
+    return sorted({file_inside(folder, f, index) for f in sorted(shards, key=str)})
+
+
+_UNOPENED_TOKENIZER_KEYS = ("special_tokens_map_file", "added_tokens_file", "tokenizer_config_file")
+
+
+def check_folder_references(folder: str | os.PathLike) -> None:
+    """Refuse a model folder whose JSON names files outside it: shard indexes (``*.index.json``) and the
+    ``*_file`` entries of ``tokenizer_config.json`` (older transformers open those verbatim). Called before a
+    folder is handed to a library that follows those names (transformers' ``from_pretrained``)."""
+    folder = Path(folder)
+    for index in sorted(folder.glob("*.index.json")):
+        _shard_files(index, folder)
+    config = folder / "tokenizer_config.json"
+    if config.is_file():
+        try:
+            data = json.loads(config.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return  # not ours to judge; transformers reports a broken config itself
+        if isinstance(data, dict):
+            for key, value in data.items():
+                # the files a tokenizer opens (vocab_file, merges_file, tokenizer_file, ...); stale absolute
+                # special_tokens_map_file / added_tokens_file entries are common and never opened from here
+                if key.endswith("_file") and key not in _UNOPENED_TOKENIZER_KEYS and value:
+                    file_inside(folder, value, config)
+
+
 def _folder_weight_files(folder: Path) -> list[Path]:
     """The weight files of a diffusers/transformers model folder (sharded via an index, or single)."""
     indexes = sorted(folder.glob("*.safetensors.index.json"))
     if indexes:
         index = indexes[0]
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as e:
-            raise CheckpointError(f"{index}: not a valid shard index (needs a 'weight_map'): {e}") from e
-        files = sorted({folder / f for f in weight_map.values()})
+        files = _shard_files(index, folder)
         missing = [f.name for f in files if not f.exists()]
         if missing:
             raise CheckpointError(f"{folder}: shard(s) listed in {index.name} are missing: {', '.join(missing[:5])}")

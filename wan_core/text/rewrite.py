@@ -411,6 +411,12 @@ def load_prompt_rewriter(folder: str | Path, *, dtype: str | torch.dtype | None 
     if not (path / "config.json").is_file():
         raise RewriterError(f"LLM folder {str(path)!r} is not a transformers model folder: no config.json "
                             f"(GGUF and single-file checkpoints are not supported)")
+    from wan_core.checkpoint import CheckpointError, check_folder_references
+
+    try:  # transformers follows the file names in the folder's JSON; they must stay inside the folder
+        check_folder_references(path)
+    except CheckpointError as e:
+        raise RewriterError(f"LLM folder {str(path)!r}: {e}") from e
     try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - unknown model_type, custom code, broken JSON

@@ -11,6 +11,7 @@ import math
 import os
 import re
 import shutil
+import uuid
 import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Callable, List, Optional, Sequence, Union
@@ -23,7 +24,8 @@ from .grad_clip import AdaptiveGradClipper, clear_spike_marker, read_spike_marke
 from .loss import flow_matching_loss
 
 __all__ = ["TrainConfig", "TrainResult", "train", "collate_latents", "evaluation_loss", "learning_rate",
-           "latest_checkpoint", "save_checkpoint", "load_checkpoint", "SPIKE_MARKER_NAME"]
+           "latest_checkpoint", "save_checkpoint", "load_checkpoint", "SPIKE_MARKER_NAME", "CHECKPOINT_MARKER",
+           "CheckpointFolderError", "is_saved_checkpoint"]
 
 SPIKE_MARKER_NAME = "spike_marker.json"
 _CKPT_RE = re.compile(r"^step_(\d+)$")
@@ -179,22 +181,73 @@ def learning_rate(cfg: TrainConfig, step: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------------------
+CHECKPOINT_MARKER = ".wancore_checkpoint"  # written into every checkpoint folder; only those are ever replaced
+
+
+class CheckpointFolderError(FileExistsError):
+    """The target of ``save_checkpoint`` exists but is not a checkpoint it wrote; nothing was deleted."""
+
+
+def is_saved_checkpoint(directory: str) -> bool:
+    """True for a real folder (not a link) holding the marker ``save_checkpoint`` writes."""
+    return (os.path.isdir(directory) and not os.path.islink(directory)
+            and os.path.isfile(os.path.join(directory, CHECKPOINT_MARKER)))
+
+
 def save_checkpoint(directory: str, model, optimizer, state: dict) -> str:
-    """Write ``model.safetensors``, ``optimizer.pt`` and ``trainer_state.json`` atomically into ``directory``."""
+    """Write ``model.safetensors``, ``optimizer.pt`` and ``trainer_state.json`` atomically into ``directory``.
+
+    The files are written into a fresh temporary folder beside ``directory`` and renamed into place. An
+    existing ``directory`` is replaced only if it is a checkpoint this function wrote (it holds
+    ``CHECKPOINT_MARKER``) or an empty folder; anything else raises ``CheckpointFolderError`` and is left as
+    it is, so a mistyped path can never delete someone's data.
+    """
     from safetensors.torch import save_model
 
-    tmp = directory.rstrip("/\\") + ".tmp"
-    if os.path.exists(tmp):
-        shutil.rmtree(tmp)
-    os.makedirs(tmp)
-    save_model(_unwrap(model), os.path.join(tmp, "model.safetensors"))
-    torch.save(optimizer.state_dict(), os.path.join(tmp, "optimizer.pt"))
-    with open(os.path.join(tmp, "trainer_state.json"), "w", encoding="utf-8") as f:
-        json.dump(state, f, indent=1)
-    if os.path.exists(directory):
-        shutil.rmtree(directory)
-    os.replace(tmp, directory)
+    directory = os.path.normpath(os.fspath(directory))
+    if os.path.lexists(directory):
+        _check_replaceable(directory)
+    tmp = _fresh_name(directory, "tmp")
+    os.mkdir(tmp)  # fails rather than reuse anything that exists; ours alone from here on
+    old = None
+    try:
+        save_model(_unwrap(model), os.path.join(tmp, "model.safetensors"))
+        torch.save(optimizer.state_dict(), os.path.join(tmp, "optimizer.pt"))
+        with open(os.path.join(tmp, "trainer_state.json"), "w", encoding="utf-8") as f:
+            json.dump(state, f, indent=1)
+        with open(os.path.join(tmp, CHECKPOINT_MARKER), "w", encoding="utf-8") as f:
+            f.write("written by wan_core.train.save_checkpoint; the folder may be replaced by the next save\n")
+        if os.path.lexists(directory):
+            _check_replaceable(directory)  # again, right before touching it
+            if os.path.isdir(directory) and not os.listdir(directory):
+                os.rmdir(directory)  # fails (and deletes nothing) if a file appeared meanwhile
+            else:
+                old = _fresh_name(directory, "old")
+                os.rename(directory, old)  # the old checkpoint moves aside whole, deleted once the new is in
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not os.path.lexists(directory):
+            os.rename(old, directory)  # put the previous checkpoint back
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return directory
+
+
+def _fresh_name(directory: str, what: str) -> str:
+    return f"{directory}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _check_replaceable(directory: str) -> None:
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        what = "a link" if os.path.islink(directory) else "a file"
+        raise CheckpointFolderError(f"{directory}: exists and is {what}, not a checkpoint folder; refusing to "
+                                    f"replace it. Choose a new folder for the checkpoint")
+    if not is_saved_checkpoint(directory) and os.listdir(directory):
+        raise CheckpointFolderError(
+            f"{directory}: the folder exists and was not written by save_checkpoint (no {CHECKPOINT_MARKER} "
+            f"in it); refusing to replace it. Choose a new or empty folder, or move this one away")
 
 
 def load_checkpoint(directory: str, model, optimizer=None, device=None) -> dict:
@@ -233,7 +286,8 @@ def latest_checkpoint(checkpoint_dir: Optional[str]) -> Optional[str]:
 def _prune(checkpoint_dir: str, keep_last: int) -> None:
     if keep_last <= 0:
         return
-    found = sorted((int(m.group(1)), n) for n in os.listdir(checkpoint_dir) if (m := _CKPT_RE.match(n)))
+    found = sorted((int(m.group(1)), n) for n in os.listdir(checkpoint_dir) if (m := _CKPT_RE.match(n))
+                   and is_saved_checkpoint(os.path.join(checkpoint_dir, n)))  # never a folder we did not write
     for _, name in found[:-keep_last]:
         shutil.rmtree(os.path.join(checkpoint_dir, name), ignore_errors=True)
 
