@@ -1,4 +1,4 @@
-"""One declaration per node, turned into a V3 ``io.ComfyNode`` or a V1 class (comfyui.md 6.2-6.3).
+"""One declaration per node, turned into a V3 ``io.ComfyNode`` or a V1 class (docs/comfyui.md sections 6.2-6.3).
 
 A node is a ``NodeSpec``: its inputs and outputs as data and a plain Python function that takes the inputs as
 keyword arguments and returns a tuple of outputs. Tests call the function directly without ComfyUI.

@@ -1,4 +1,4 @@
-"""Loader nodes: DiT, VAE and text encoder from ComfyUI's model folders (DESIGN.md section 5)."""
+"""Loader nodes: DiT, VAE and text encoder from ComfyUI's model folders (docs/design.md section 5)."""
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,4 @@
-"""The public names of DESIGN.md section 4 resolve, and ``import wan_core`` stays cheap (lazy imports)."""
+"""The public names of docs/design.md section 4 resolve, and ``import wan_core`` stays cheap (lazy imports)."""
 import subprocess
 import sys
 

@@ -1,6 +1,6 @@
 """WanCore: a pure-PyTorch implementation of Wan 2.1 text-to-video (no ComfyUI import).
 
-Public API (DESIGN.md section 4): ``load_dit``, ``load_vae``, ``load_text_encoder``; other entry points are
+Public API (docs/design.md section 4): ``load_dit``, ``load_vae``, ``load_text_encoder``; other entry points are
 re-exported from their subpackages. Heavy optional dependencies (transformers, diffusers) are imported
 lazily so ``import wan_core`` stays cheap.
 """
@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 # public name -> "module:attribute", resolved on first access
 _EXPORTS = {
-    # models (DESIGN.md section 4)
+    # models (docs/design.md section 4)
     "load_dit": "wan_core.dit.loader:load_dit",
     "ModelOptions": "wan_core.dit.loader:ModelOptions",
     "WanDiT": "wan_core.dit.model:WanDiT",

@@ -1,6 +1,6 @@
 """Safe, lazy checkpoint reading: safetensors, ``.pth`` (weights_only), diffusers/transformers folders.
 
-Implements wan_spec.md section 5: prefix stripping, fp8 / "scaled fp8" dequantisation, and errors that name
+Implements docs/wan_spec.md section 5: prefix stripping, fp8 / "scaled fp8" dequantisation, and errors that name
 the file and the problem. Model-specific key maps live beside each model (``dit/keys.py``, ``vae/keys.py``,
 ``text/keys.py``); this module knows nothing about layer names except how to recognise foreign files.
 """

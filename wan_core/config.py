@@ -1,7 +1,7 @@
-"""Model configurations as data: the Wan 2.1 DiT and umT5 text encoder (wan_spec.md sections 1.1 and 1.3).
+"""Model configurations as data: the Wan 2.1 DiT and umT5 text encoder (docs/wan_spec.md sections 1.1 and 1.3).
 
 Presets name the released models; ``tiny-*`` presets exist for tests and the random-weights demo.
-``detect_dit_config`` derives a config from a state dict's shapes, as ComfyUI does (spec 1.1).
+``detect_dit_config`` derives a config from a state dict's shapes, as ComfyUI does (docs/wan_spec.md section 1.1).
 """
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ class DiTConfig:
 
     @property
     def rope_dims(self) -> tuple[int, int, int]:
-        """Head-dim split between the (frame, height, width) axes: 44/42/42 for d = 128 (spec 2.5)."""
+        """Head-dim split between the (frame, height, width) axes: 44/42/42 for d = 128
+        (docs/wan_spec.md section 2.5)."""
         d = self.head_dim
         return d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6)
 
@@ -105,7 +106,7 @@ _BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
 def detect_dit_config(
     shapes: Mapping[str, tuple[int, ...]], text_len: int = 512, num_heads: int | None = None
 ) -> DiTConfig:
-    """Derive the DiT config from official-named parameter shapes (spec 1.1).
+    """Derive the DiT config from official-named parameter shapes (docs/wan_spec.md section 1.1).
 
     ``shapes``: key -> shape (a LazyStateDict's shapes or ``{k: v.shape}``). head_dim is 128 in every
     released Wan model; smaller widths (tests) fall back to the largest head count whose head_dim is even

@@ -3,8 +3,8 @@ attention FLOPs (dense and skiparse), DiT weight and activation memory, and fram
 
 The same arithmetic runs in the browser (``web/wancore_estimate.js``; tests keep the two equal), so the
 canvas shows these numbers live on the WanCore empty-latent and sampler nodes before anything is queued.
-Shapes follow wan_spec.md section 2 (patch 1x2x2 on the 8x8-compressed latents, text padded to 512 tokens)
-and skiparse follows algorithms.md 1.1-1.2 (a sparse block costs 1/k of dense on L padded to a multiple of
+Shapes follow docs/wan_spec.md section 2 (patch 1x2x2 on the 8x8-compressed latents, text padded to 512 tokens)
+and skiparse follows docs/algorithms.md sections 1.1-1.2 (a sparse block costs 1/k of dense on L padded to a multiple of
 k^2). Conventions (also in ``estimate``'s docstring):
 
 * FLOPs count multiply-adds as 2. ``attention_*`` = the self-attention matmuls (QK^T and PV, 4*L^2*D per
@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-# Released Wan 2.1 T2V DiT sizes (wan_spec.md 1.1; comfyui.md 7.2).
+# Released Wan 2.1 T2V DiT sizes (docs/wan_spec.md section 1.1; docs/comfyui.md section 7.2).
 MODELS: dict[str, dict[str, int]] = {
     "1.3B": {"dim": 1536, "ffn_dim": 8960, "num_heads": 12, "num_layers": 30},
     "14B": {"dim": 5120, "ffn_dim": 13824, "num_heads": 40, "num_layers": 40},

@@ -1,8 +1,8 @@
 """Wan 2.1 latent format: per-channel normalisation between raw VAE latents and the DiT's latent space,
 and the linear latent->RGB preview. The ONE place these constants live.
 
-Implements wan_spec.md section 1.2 and comfyui.md 7.5 (values as in ComfyUI's ``Wan21`` latent format, so our
-LATENTs are interchangeable with ComfyUI's native ones: LATENT holds raw latents, the model sees normalised).
+Implements docs/wan_spec.md section 1.2 and docs/comfyui.md section 7.5 (values as in ComfyUI's ``Wan21`` latent format,
+so our LATENTs are interchangeable with ComfyUI's native ones: LATENT holds raw latents, the model sees normalised).
 """
 from __future__ import annotations
 

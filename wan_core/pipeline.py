@@ -1,6 +1,6 @@
 """Text-to-video: prompt(s) -> umT5 embeddings (cached) -> noise -> flow sampling with CFG -> VAE decode.
 
-Used by the ComfyUI nodes and the command line (wan_spec.md section 6; DESIGN.md sections 3-4). Latents
+Used by the ComfyUI nodes and the command line (docs/wan_spec.md section 6; docs/design.md sections 3-4). Latents
 outside the sampler are raw VAE latents (ComfyUI's LATENT convention); the DiT sees normalised ones.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ InterruptFn = Callable[[], Any]
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """What to generate. Defaults are the official Wan 2.1 T2V ones (wan_spec.md 6.2)."""
+    """What to generate. Defaults are the official Wan 2.1 T2V ones (docs/wan_spec.md section 6.2)."""
 
     prompt: str | tuple[str, ...] = ""
     negative_prompt: str | None = None  # None = the official default negative prompt

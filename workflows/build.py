@@ -1,7 +1,7 @@
 """Generator of the shipped workflows: one description per graph -> the UI file (``workflows/<name>.json``,
 loads in the ComfyUI canvas) and the API file (``workflows/api/<name>.json``, POSTed to ``/prompt``).
 
-Both formats (comfyui.md section 8) are derived from the node declarations (``nodes.NODE_SPECS`` for ours,
+Both formats (docs/comfyui.md section 8) are derived from the node declarations (``nodes.NODE_SPECS`` for ours,
 ``core_nodes()`` below for the few ComfyUI core nodes used), so widget order, socket slots and link types can
 never drift from the nodes. The committed JSON must equal this script's output (``tests/nodes/
 test_workflows.py`` checks it). Regenerate after changing a node's inputs or a workflow here:
@@ -45,7 +45,7 @@ def _declare():
 # ---------------------------------------------------------------- model files (download hints)
 
 HF_REPACKAGED = "https://huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files"
-# ComfyUI's repackaged Wan 2.1 files (comfyui.md 7.8): file name -> models/ sub-folder.
+# ComfyUI's repackaged Wan 2.1 files (docs/comfyui.md section 7.8): file name -> models/ sub-folder.
 REPACKAGED_FILES = {
     "wan2.1_t2v_1.3B_fp16.safetensors": "diffusion_models",
     "wan2.1_t2v_1.3B_bf16.safetensors": "diffusion_models",
@@ -74,7 +74,7 @@ def model_hint(name: str) -> dict[str, str]:
 @dataclass(frozen=True)
 class CoreNode:
     """The inputs/outputs of a ComfyUI core node as used by our workflows (read from ComfyUI 0.33's
-    sources, comfyui.md 7.7-7.8). Only inputs the workflows set are listed; other optional ones keep their
+    sources, docs/comfyui.md sections 7.7-7.8). Only inputs the workflows set are listed; other optional ones keep their
     defaults."""
 
     node_id: str
@@ -261,7 +261,7 @@ def catalog(specs) -> dict[str, Any]:
 
 
 def widget_inputs(decl) -> list:
-    """Widget inputs in UI order: declaration order, required first, then optional (comfyui.md 8)."""
+    """Widget inputs in UI order: declaration order, required first, then optional (docs/comfyui.md section 8)."""
     widgets = [i for i in decl.inputs if i.is_widget]
     return [i for i in widgets if not i.optional] + [i for i in widgets if i.optional]
 

@@ -1,6 +1,6 @@
 """``int8`` / ``int8_fp8`` (SageAttention algorithm in torch) against float32 SDPA and float64 references.
 
-Thresholds from algorithms.md 3.3: cosine >= 0.998 and relative L1 <= 5e-2 vs fp32 SDPA, with smoothing on;
+Thresholds from docs/algorithms.md section 3.3: cosine >= 0.998 and relative L1 <= 5e-2 vs fp32 SDPA, with smoothing on;
 inputs are activations captured from a tiny DiT (head_dim 128) and synthetic keys with a shared
 per-channel offset (typical of DiT keys). The numbers are printed (``pytest -s``).
 """

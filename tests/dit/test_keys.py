@@ -1,5 +1,6 @@
-"""Full-size DiT key sets and shapes on the meta device (keys/wan_dit_1_3b_keys.txt, wan_spec.md 1.1, 2.8),
-and the official <-> diffusers rules against keys/wan_dit_keymap_official_to_diffusers.tsv."""
+"""Full-size DiT key sets and shapes on the meta device (tests/dit/data/wan_dit_1_3b_keys.txt,
+docs/wan_spec.md sections 1.1, 2.8), and the official <-> diffusers rules against
+tests/dit/data/wan_dit_keymap_official_to_diffusers.tsv."""
 from __future__ import annotations
 
 import re

@@ -1,5 +1,5 @@
 """DiT parity: ours vs diffusers' WanTransformer3DModel (the reference), fp32, weights loaded from files
-in official, ComfyUI-prefixed and diffusers namings (wan_spec.md 7.1: rel. 1e-4)."""
+in official, ComfyUI-prefixed and diffusers namings (docs/wan_spec.md section 7.1: rel. 1e-4)."""
 from __future__ import annotations
 
 import pytest

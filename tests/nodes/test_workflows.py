@@ -1,4 +1,4 @@
-"""Node declarations and the shipped workflows (comfyui.md sections 6 and 8), without ComfyUI installed.
+"""Node declarations and the shipped workflows (docs/comfyui.md sections 6 and 8), without ComfyUI installed.
 
 * every node's declared inputs/outputs match its function, and the V1 class built from it is well formed;
 * ``workflows/*.json`` (UI) and ``workflows/api/*.json`` (API) equal ``workflows/build.py``'s output, use only
@@ -246,7 +246,7 @@ def test_ui_and_api_files_agree(name, catalog, build):
         for i in build.widget_inputs(decl):
             widget_values[i.name] = values.pop(0)
             if i.control_after_generate:
-                values.pop(0)  # stored in the UI only (comfyui.md 8)
+                values.pop(0)  # stored in the UI only (docs/comfyui.md section 8)
         api_widgets = {k: v for k, v in entry["inputs"].items() if not is_link(v)}
         for extra, source in getattr(decl, "api_extra", ()):
             assert api_widgets.pop(extra) == widget_values[source]

@@ -1,7 +1,7 @@
 """FP8 linear: quantisation error bounds, ``scaled_mm`` vs a float64 reference and vs ``upcast``, fallbacks.
 
-E4M3 rounding (algorithms.md 5.1): relative error <= 2^-4 for normal values, absolute <= 2^-10 * scale in the
-subnormal range; bounds below are written from that, not from the implementation.
+E4M3 rounding (docs/algorithms.md section 5.1): relative error <= 2^-4 for normal values, absolute <= 2^-10 * scale in
+the subnormal range; bounds below are written from that, not from the implementation.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Loading fp8 / scaled-fp8 DiT files (ComfyUI layout, wan_spec.md 5.4) and quantising on load.
+"""Loading fp8 / scaled-fp8 DiT files (ComfyUI layout, docs/wan_spec.md section 5.4) and quantising on load.
 
 The scaled-fp8 file is written here the way ComfyUI's repackaged files are: fp8 Linear weights with 0-d
 ``scale_weight`` / ``scale_input``, a ``scaled_fp8`` marker, everything else bf16, ``model.diffusion_model.``

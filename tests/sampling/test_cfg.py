@@ -1,5 +1,5 @@
-"""Classifier-free guidance (spec 6.1): v = v_u + g (v_c - v_u), one pass at g = 1, separate vs batched,
-and the plug-in points for a CFG cache and a per-branch model cache."""
+"""Classifier-free guidance (docs/wan_spec.md section 6.1): v = v_u + g (v_c - v_u), one pass at g = 1, separate vs
+batched, and the plug-in points for a CFG cache and a per-branch model cache."""
 from __future__ import annotations
 
 import contextlib

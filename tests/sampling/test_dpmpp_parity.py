@@ -1,4 +1,5 @@
-"""DPM-Solver++ 2M (midpoint, lower-order final) vs diffusers.DPMSolverMultistepScheduler (spec 6.4).
+"""DPM-Solver++ 2M (midpoint, lower-order final) vs diffusers.DPMSolverMultistepScheduler
+(docs/wan_spec.md section 6.4).
 
 Reference configuration: DPMSolverMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
 flow_shift=s, algorithm_type="dpmsolver++", solver_type="midpoint", solver_order=2, lower_order_final=True,

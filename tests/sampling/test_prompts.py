@@ -1,4 +1,4 @@
-"""The default negative prompt is the official one (spec 6.2, ``sample_neg_prompt``)."""
+"""The default negative prompt is the official one (docs/wan_spec.md section 6.2, ``sample_neg_prompt``)."""
 from __future__ import annotations
 
 import re
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from wan_core.sampling import DEFAULT_NEGATIVE_PROMPT
 
-# The spec's line, copied from the team's wan_spec.md 6.2 (the copy keeps the test alive where ../shared is absent).
+# The spec's line (docs/wan_spec.md section 6.2), kept verbatim in a data file beside this test.
 SPEC_LINE = Path(__file__).resolve().parent / "data" / "spec_negative_prompt.txt"
 
 

@@ -1,5 +1,5 @@
-"""Schedules: the official timesteps of spec 6.3, the DPM++ grid of 6.4, ComfyUI's simple/normal (6.5,
-comfyui.md 7.6), custom lists, denoise, and the validation messages."""
+"""Schedules: the official timesteps of docs/wan_spec.md section 6.3, the DPM++ grid of 6.4, ComfyUI's simple/normal
+(6.5, docs/comfyui.md section 7.6), custom lists, denoise, and the validation messages."""
 from __future__ import annotations
 
 import math
@@ -19,7 +19,7 @@ def odds_shift(sigma, shift):
         return np.where(np.isinf(odds), 1.0, odds / (1 + odds))
 
 
-# spec 6.3, N = 50: leading and trailing official timesteps per shift
+# docs/wan_spec.md section 6.3, N = 50: leading and trailing official timesteps per shift
 SPEC_TIMESTEPS = {
     5.0: ([999, 995, 991, 987, 982, 978], [302, 241, 172, 92]),
     3.0: ([999, 992, 985, 978], [160, 111, 57]),

@@ -1,9 +1,10 @@
-"""UniPC (bh2, order 2, corrector, lower-order final) vs diffusers.UniPCMultistepScheduler (spec 6.3).
+"""UniPC (bh2, order 2, corrector, lower-order final) vs diffusers.UniPCMultistepScheduler
+(docs/wan_spec.md section 6.3).
 
 Reference: diffusers' UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
 flow_shift=s, solver_order=2, solver_type="bh2") given the same unshifted grid linspace(0.999, 0, N+1)[:N]
-through set_timesteps(sigmas=...); spec 6.3 verified that this equals Wan's official FlowUniPC scheduler.
-Both drive the same deterministic nonlinear model; every intermediate sample is compared.
+through set_timesteps(sigmas=...); docs/wan_spec.md section 6.3 verified that this equals Wan's official FlowUniPC
+scheduler. Both drive the same deterministic nonlinear model; every intermediate sample is compared.
 """
 from __future__ import annotations
 

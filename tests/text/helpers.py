@@ -16,7 +16,7 @@ COMFY_PREFIX = "text_encoders.umt5xxl.transformer."
 
 
 def tsv_rows() -> list[tuple[str, str, tuple[int, ...]]]:
-    """(official, transformers, shape) rows of keys/umt5_keymap_official_to_hf.tsv."""
+    """(official, transformers, shape) rows of tests/text/data/umt5_keymap_official_to_hf.tsv."""
     rows = []
     for line in TSV.read_text().splitlines():
         if line.startswith("#") or not line.strip():

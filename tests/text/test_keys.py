@@ -1,5 +1,5 @@
-"""umT5 key rules vs keys/umt5_keymap_official_to_hf.tsv, and the full umT5-XXL on the meta device
-(wan_spec.md 1.3, 4.2)."""
+"""umT5 key rules vs tests/text/data/umt5_keymap_official_to_hf.tsv, and the full umT5-XXL on the meta device
+(docs/wan_spec.md sections 1.3, 4.2)."""
 from __future__ import annotations
 
 from wan_core.config import TEXT_ENCODER_PRESETS

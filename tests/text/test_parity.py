@@ -1,4 +1,5 @@
-"""umT5 parity: our loader + encoder vs transformers' UMT5EncoderModel and T5 tokenizer (wan_spec.md 4.1, 7.1).
+"""umT5 parity: our loader + encoder vs transformers' UMT5EncoderModel and T5 tokenizer
+(docs/wan_spec.md sections 4.1, 7.1).
 
 Reference: the randomised transformers model itself, fed by transformers' tokenizer with the official flow
 (pad to 512, truncate, EOS, keep mask.sum() rows). Tolerance: max abs error <= 1e-5 in float32.

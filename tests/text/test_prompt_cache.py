@@ -1,4 +1,4 @@
-"""Prompt cleaning (wan_spec.md 4.1), the LRU prompt-embedding cache, progress and interruption."""
+"""Prompt cleaning (docs/wan_spec.md section 4.1), the LRU prompt-embedding cache, progress and interruption."""
 from __future__ import annotations
 
 import pytest

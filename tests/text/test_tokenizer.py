@@ -1,5 +1,5 @@
 """Tokenizers: spiece.model, tokenizer.json and ComfyUI's embedded ``spiece_model`` give the token ids of
-transformers' T5 tokenizer (the reference), truncated to 512 with EOS (wan_spec.md 4.1)."""
+transformers' T5 tokenizer (the reference), truncated to 512 with EOS (docs/wan_spec.md section 4.1)."""
 from __future__ import annotations
 
 import pytest

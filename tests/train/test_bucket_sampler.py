@@ -1,4 +1,5 @@
-"""Bucket / megabatch sampler (algorithms.md 1.6): single-shape batches, counts, ranks, resume, DataLoader."""
+"""Bucket / megabatch sampler (docs/algorithms.md section 1.6): single-shape batches, counts, ranks, resume,
+DataLoader."""
 from collections import Counter
 
 import pytest

@@ -1,4 +1,5 @@
-"""Adaptive gradient clipping, v1.5 rule (algorithms.md 1.7), on one process (2 processes: test_distributed.py).
+"""Adaptive gradient clipping, v1.5 rule (docs/algorithms.md section 1.7), on one process (2 processes:
+test_distributed.py).
 
 References: the rule's arithmetic written out by hand / as a float64 loop here, float64 norms.
 """

@@ -1,4 +1,5 @@
-"""Flow-matching objective (seed 002 section 4.2.2) in the sampler's convention (wan_spec.md 6.1).
+"""Flow-matching objective (Wan report section 4.2.2, docs/algorithms.md section 7) in the sampler's convention
+(docs/wan_spec.md section 6.1).
 
 References: hand computation in Python floats, the logit-normal distribution's moments by float64
 quadrature and its CDF in closed form, an analytic single-point velocity field, plain Euler written here.
@@ -54,7 +55,7 @@ def test_batch_matches_sampler_convention():
     t = torch.tensor([0.1, 0.5, 0.8])
     b = make_flow_matching_batch(data, noise, t)
     sigma = (1 - t)[:, None, None]
-    assert torch.allclose(b.x_t, (1 - sigma) * data + sigma * noise)       # x_sigma of wan_spec 6.1
+    assert torch.allclose(b.x_t, (1 - sigma) * data + sigma * noise)  # x_sigma, docs/wan_spec.md section 6.1
     assert torch.allclose(b.target, noise - data)                           # v = eps - x0
     assert torch.allclose(b.timestep, 1000 * (1 - t))
     assert torch.allclose(wan_t_to_sigma(t), 1 - t) and torch.allclose(sigma_to_wan_t(1 - t), t)
@@ -104,7 +105,7 @@ def test_shifted_timesteps_follow_the_shifted_cdf():
 
 
 def _euler(velocity, x, steps):
-    # wan_spec 6.1: x_next = x + (sigma_next - sigma) * v(x, 1000 * sigma), from sigma = 1 to 0
+    # docs/wan_spec.md section 6.1: x_next = x + (sigma_next - sigma) * v(x, 1000 * sigma), sigma 1 -> 0
     sig = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     for i in range(steps):
         ts = torch.full((x.shape[0],), 1000 * float(sig[i]))

@@ -1,4 +1,5 @@
-"""SUV skip connections (algorithms.md 1.2): stage table, LIFO skips, [I | 0] fusion = dense model at init."""
+"""SUV skip connections (docs/algorithms.md section 1.2): stage table, LIFO skips, [I | 0] fusion = dense model at
+init."""
 import copy
 
 import pytest

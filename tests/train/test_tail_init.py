@@ -1,4 +1,4 @@
-"""Tail initialization (algorithms.md 1.4): an inflated causal Conv3d reproduces Conv2d frame by frame.
+"""Tail initialization (docs/algorithms.md section 1.4): an inflated causal Conv3d reproduces Conv2d frame by frame.
 
 Reference: F.conv2d applied to each frame; the causal 3D conv is written here (kt-1 frames of padding in
 front, replicas of frame 0 or zeros), independent of the package's VAE.

@@ -1,5 +1,5 @@
 """Shared fixtures for the VAE tests: a diffusers AutoencoderKLWan reference with every tensor randomised,
-and our VAE loaded from the same weights under official names (the parity references of wan_spec.md 7)."""
+and our VAE loaded from the same weights under official names (the parity references of docs/wan_spec.md section 7)."""
 from __future__ import annotations
 
 import sys

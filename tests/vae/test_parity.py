@@ -1,4 +1,4 @@
-"""fp32 parity with diffusers.AutoencoderKLWan (the reference of wan_spec.md 7.1), every tensor randomised.
+"""fp32 parity with diffusers.AutoencoderKLWan (the reference of docs/wan_spec.md section 7.1), every tensor randomised.
 
 Weights reach our loader under official names (exported with our rules), under diffusers names, and from
 files written here (.safetensors, .pth, prefixed all-in-one, diffusers folder). Tolerance: 1e-5 max abs.

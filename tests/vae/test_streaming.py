@@ -1,4 +1,5 @@
-"""Streaming through time: chunked (feature-cache) results equal the whole-sequence formulation of spec 3.2.
+"""Streaming through time: chunked (feature-cache) results equal the whole-sequence formulation of
+docs/wan_spec.md section 3.2.
 
 Layer-level references are written here independently in float64 (explicit padding, explicit windows);
 model-level: streamed encode/decode vs ``encode_full`` / ``decode_full`` (both also match diffusers,

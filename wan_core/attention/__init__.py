@@ -1,4 +1,4 @@
-"""The single attention dispatch point (DESIGN.md section 3): every attention call in the models goes here.
+"""The single attention dispatch point (docs/design.md section 3): every attention call in the models goes here.
 
 Backends: ``sdpa`` (torch), ``sage`` (SageAttention on CUDA, named fallback elsewhere), ``int8`` /
 ``int8_fp8`` (the SageAttention algorithm in torch). Skiparse wraps self-attention per block.

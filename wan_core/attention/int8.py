@@ -1,4 +1,4 @@
-"""The SageAttention algorithm in plain torch (algorithms.md 3.1-3.3): backends ``int8`` and ``int8_fp8``.
+"""The SageAttention algorithm in plain torch (docs/algorithms.md sections 3.1-3.3): backends ``int8`` and ``int8_fp8``.
 
 K smoothing (subtract the per-channel key mean: exact for softmax), per-block INT8 Q (128 tokens) and K
 (64 tokens) with scale max|x|/127, exact int32 QK^T by ``torch._int_mm``, softmax in float32, then P.V with

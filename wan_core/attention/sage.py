@@ -1,4 +1,5 @@
-"""Backend ``sage``: ``sageattention.sageattn`` on CUDA, a named fallback elsewhere (algorithms.md 3.1-3.2).
+"""Backend ``sage``: ``sageattention.sageattn`` on CUDA, a named fallback elsewhere
+(docs/algorithms.md sections 3.1-3.2).
 
 K is smoothed here (a new tensor) and the kernel is called with ``smooth_k=False``, so the caller's K is
 never modified (sageattention 1.x subtracts the mean in place). When the package is missing, the tensors

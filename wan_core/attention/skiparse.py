@@ -1,4 +1,4 @@
-"""Skiparse sparse self-attention and its block schedules (algorithms.md 1.1, 1.2 and 6.1).
+"""Skiparse sparse self-attention and its block schedules (docs/algorithms.md sections 1.1, 1.2 and 6.1).
 
 Each sparse block splits the token axis into ``k`` sub-sequences of ``L'/k`` tokens (``L'`` = L padded to a
 multiple of k^2) and attends inside each one: "single" skip takes every k-th token, "group" skip takes runs

@@ -1,4 +1,4 @@
-"""Self- and cross-attention layers of the Wan block (wan_spec.md 2.4): q/k RMSNorm over the full width."""
+"""Self- and cross-attention layers of the Wan block (docs/wan_spec.md section 2.4): q/k RMSNorm over the full width."""
 from __future__ import annotations
 
 import torch

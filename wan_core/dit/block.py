@@ -1,4 +1,4 @@
-"""The Wan transformer block and output head (wan_spec.md 2.4 and 2.6).
+"""The Wan transformer block and output head (docs/wan_spec.md sections 2.4 and 2.6).
 
 The residual stream stays float32 (the official code's gated updates run under fp32 autocast, which
 promotes it); linear layers run in the weight dtype.

@@ -1,4 +1,5 @@
-"""Input embeddings of the Wan DiT: timestep sinusoid + MLP, text padding, 3D patches (wan_spec.md 2.1-2.3, 2.6)."""
+"""Input embeddings of the Wan DiT: timestep sinusoid + MLP, text padding, 3D patches
+(docs/wan_spec.md sections 2.1-2.3, 2.6)."""
 from __future__ import annotations
 
 import torch
@@ -19,7 +20,7 @@ def sinusoidal_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def linear_fp32(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
-    """``layer(x)`` computed in float32 whatever the stored weight dtype (time path, spec 2.2)."""
+    """``layer(x)`` computed in float32 whatever the stored weight dtype (time path, docs/wan_spec.md section 2.2)."""
     w = layer.weight.float()
     b = layer.bias.float() if layer.bias is not None else None
     return F.linear(x.float(), w, b)
@@ -29,7 +30,8 @@ def time_embed(t: torch.Tensor, freq_dim: int, time_embedding: nn.Sequential,
                time_projection: nn.Sequential) -> tuple[torch.Tensor, torch.Tensor]:
     """``t [B]`` -> ``e [B, D]`` (for the head) and ``e0 [B, 6, D]`` (for the blocks), both in float32.
 
-    ``time_embedding`` = Linear, SiLU, Linear; ``time_projection`` = SiLU, Linear(D -> 6D) (spec 2.2).
+    ``time_embedding`` = Linear, SiLU, Linear; ``time_projection`` = SiLU, Linear(D -> 6D)
+    (docs/wan_spec.md section 2.2).
     """
     s = sinusoidal_embedding(t, freq_dim)
     e = linear_fp32(F.silu(linear_fp32(s, time_embedding[0])), time_embedding[2])
@@ -41,7 +43,7 @@ def pad_context(
     context: torch.Tensor | list[torch.Tensor] | tuple[torch.Tensor, ...], text_len: int, text_dim: int,
     batch: int,
 ) -> torch.Tensor:
-    """Text states -> ``[B, text_len, text_dim]``, zero rows appended (not masked: spec 2.3).
+    """Text states -> ``[B, text_len, text_dim]``, zero rows appended (not masked: docs/wan_spec.md section 2.3).
 
     ``context``: ``[B, L, text_dim]`` or a list of ``[L_i, text_dim]`` (one per sample, L_i <= text_len).
     A single item is broadcast to the batch.
@@ -77,7 +79,8 @@ def patchify(x: torch.Tensor, patch: tuple[int, int, int]) -> torch.Tensor:
 
 
 def unpatchify(u: torch.Tensor, grid: tuple[int, int, int], patch: tuple[int, int, int], channels: int) -> torch.Tensor:
-    """``[B, L, pt*ph*pw*C] -> [B, C, F, H, W]``; channel is the fastest index of each token vector (spec 2.6)."""
+    """``[B, L, pt*ph*pw*C] -> [B, C, F, H, W]``; channel is the fastest index of each token vector
+    (docs/wan_spec.md section 2.6)."""
     b = u.shape[0]
     fg, hg, wg = grid
     pt, ph, pw = patch

@@ -1,7 +1,7 @@
-"""DiT key naming: official <-> diffusers (wan_spec.md 5.2), and naming detection.
+"""DiT key naming: official <-> diffusers (docs/wan_spec.md section 5.2), and naming detection.
 
 ComfyUI files use the official names, optionally under ``model.diffusion_model.``; the rules below are
-checked in tests against ``keys/wan_dit_keymap_official_to_diffusers.tsv``.
+checked in tests against ``tests/dit/data/wan_dit_keymap_official_to_diffusers.tsv``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``load_dit``: any Wan 2.1 T2V DiT file users have -> a ready ``WanDiT`` (DESIGN.md section 4).
+"""``load_dit``: any Wan 2.1 T2V DiT file users have -> a ready ``WanDiT`` (docs/design.md section 4).
 
 Accepts official, ComfyUI (optionally ``model.diffusion_model.``-prefixed) and diffusers namings, in
 fp32/fp16/bf16/fp8 (plain or "scaled"), as a file, a diffusers folder or a state dict. The model is built on

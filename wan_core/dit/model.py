@@ -1,4 +1,4 @@
-"""The Wan 2.1 text-to-video DiT (wan_spec.md section 2), with official parameter names.
+"""The Wan 2.1 text-to-video DiT (docs/wan_spec.md section 2), with official parameter names.
 
 ``WanDiT(config)(x, t, context) -> v``: x ``[B, 16, F, H, W]`` normalised latents, t ``[B]`` on 0..1000
 (int or float), context ``[B, L, text_dim]`` or a list of ``[L_i, text_dim]`` -> velocity ``[B, 16, F, H, W]``
@@ -45,7 +45,8 @@ class WanDiT(nn.Module):
         return self.patch_embedding.weight.device
 
     def embed_text(self, context, batch: int) -> torch.Tensor:
-        """Text states -> ``[B, text_len, D]``: zero-padded to ``text_len`` and embedded (spec 2.3)."""
+        """Text states -> ``[B, text_len, D]``: zero-padded to ``text_len`` and embedded
+        (docs/wan_spec.md section 2.3)."""
         c = self.config
         ctx = pad_context(context, c.text_len, c.text_dim, batch).to(self.device)
         return self.text_embedding(ctx.to(self.dtype))

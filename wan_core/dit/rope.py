@@ -1,4 +1,4 @@
-"""3D rotary position embedding of the Wan DiT (wan_spec.md section 2.5).
+"""3D rotary position embedding of the Wan DiT (docs/wan_spec.md section 2.5).
 
 The head dim is split into (frame, height, width) parts of 44/42/42 for d = 128; each part rotates
 interleaved pairs ``(x[2j], x[2j+1])`` by ``position * theta^(-2k / d_axis)`` with integer grid positions.

@@ -1,4 +1,5 @@
-"""FP8 linear layers: float8 weight storage with a per-tensor or per-output-channel scale (algorithms.md 5).
+"""FP8 linear layers: float8 weight storage with a per-tensor or per-output-channel scale
+(docs/algorithms.md section 5).
 
 ``W ~= W8 * scale`` with ``W8`` float8_e4m3fn ``[N, K]`` and ``scale`` float32 ``[]`` or ``[N]``. Compute modes:
 ``upcast`` dequantises the weight per layer per call and runs the GEMM in the compute dtype (same numbers as

@@ -1,6 +1,6 @@
 """Flow-matching sampling for Wan 2.1: schedules, solvers (UniPC, DPM++ 2M, Euler), CFG, loop, noise.
 
-Implements wan_spec.md section 6. Typical use (the pipeline does this)::
+Implements docs/wan_spec.md section 6. Typical use (the pipeline does this)::
 
     schedule = build_schedule(steps=50, shift=5.0)                 # official convention
     x = initial_latent(make_noise(seed, [1, 16, 21, 60, 104], device), schedule)

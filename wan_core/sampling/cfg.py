@@ -1,6 +1,6 @@
 """Classifier-free guidance: v = v_u + g (v_c - v_u), as a velocity function for the sampling loop.
 
-Implements wan_spec.md 6.1 (CFG) and 6.2. Guidance 1 runs only the conditional pass (and 0 only the
+Implements docs/wan_spec.md section 6.1 (CFG) and 6.2. Guidance 1 runs only the conditional pass (and 0 only the
 unconditional one). Cond and uncond are separate forwards by default (the official code's memory profile);
 ``batched=True`` runs them as one forward of batch 2B (faster, more memory). Optional cache objects
 (``hooks.GuidanceCache``, ``hooks.BranchCache``) plug in without changing this code.
@@ -20,7 +20,7 @@ from .hooks import BRANCH_BATCHED, BRANCH_COND, BRANCH_UNCOND, BranchCache, Guid
 __all__ = ["combine_guidance", "concat_contexts", "check_guidance", "ClassifierFreeGuidance", "ModelFn"]
 
 # model_fn(x [B, 16, F, H, W], timestep [B], context) -> velocity [B, 16, F, H, W]; context is
-# [B, L, D] or a list of B tensors [L_i, D] (the DiT call of DESIGN.md 4).
+# [B, L, D] or a list of B tensors [L_i, D] (the DiT call of docs/design.md section 4).
 ModelFn = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
 
 

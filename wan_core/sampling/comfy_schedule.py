@@ -1,7 +1,7 @@
 """ComfyUI's flow sigma schedules ("simple" and "normal" over ModelSamplingDiscreteFlow's table).
 
-Implements the ComfyUI side of wan_spec.md 6.5 / comfyui.md 7.6. ComfyUI keeps a float32 table of 1000
-shifted sigmas, ``table[k] = shift_fn((k + 1) / 1000)`` for k = 0..999 (ascending: table[0] = sigma_min,
+Implements the ComfyUI side of docs/wan_spec.md section 6.5 / docs/comfyui.md section 7.6. ComfyUI keeps a float32 table
+of 1000 shifted sigmas, ``table[k] = shift_fn((k + 1) / 1000)`` for k = 0..999 (ascending: table[0] = sigma_min,
 table[-1] = sigma_max = 1), and its schedulers pick from or interpolate over it:
 
 * ``simple``: step x in 0..N-1 takes ``table[-(1 + int(x * 1000 / N))]``, then 0 is appended;

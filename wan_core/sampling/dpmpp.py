@@ -1,6 +1,6 @@
 """DPM-Solver++ 2M (multistep, second order, midpoint form, data prediction) for the flow path.
 
-Implements wan_spec.md 6.4. For a move sigma_s -> sigma_t (alpha = 1 - sigma, lambda = ln alpha - ln sigma,
+Implements docs/wan_spec.md section 6.4. For a move sigma_s -> sigma_t (alpha = 1 - sigma, lambda = ln alpha - ln sigma,
 h = lambda_t - lambda_s), with m0 = x0_hat now and m1 = x0_hat of the previous step:
   first order:  x_t = (sigma_t / sigma_s) x - alpha_t (e^{-h} - 1) m0
   second order: additionally - 0.5 alpha_t (e^{-h} - 1) D1, D1 = (m0 - m1) / r0, r0 = h_prev / h,

@@ -1,4 +1,4 @@
-"""Euler solver for the flow ODE: x_next = x + (sigma_next - sigma) * v (wan_spec.md 6.1)."""
+"""Euler solver for the flow ODE: x_next = x + (sigma_next - sigma) * v (docs/wan_spec.md section 6.1)."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -1,6 +1,6 @@
 """Flow-matching convention shared by the schedule, the solvers and the loop.
 
-Implements wan_spec.md 6.1: x_sigma = (1 - sigma) x0 + sigma * eps, the model predicts v = eps - x0, so
+Implements docs/wan_spec.md section 6.1: x_sigma = (1 - sigma) x0 + sigma * eps, the model predicts v = eps - x0, so
 x0_hat = x - sigma * v. The log-SNR lambda = ln(1 - sigma) - ln(sigma) drives the exponential integrators.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Plug-in contracts for step-aware caches (CFG cache, attention cache), used by ``cfg`` and ``loop``.
 
-Nothing here is implemented: these are the interfaces a later cache object fills (algorithms.md 4: the Wan
+Nothing here is implemented: these are the interfaces a later cache object fills (docs/algorithms.md section 4: the Wan
 report's CFG cache and attention cache, FasterCache-style). The loop tells every hook which step is about to
 run; the guidance wrapper asks a ``GuidanceCache`` whether the unconditional branch may be skipped and tells
 a ``BranchCache`` which branch the model is evaluating, so a cache inside the DiT keeps per-branch state.

@@ -1,6 +1,6 @@
 """The sampling loop: integrate a velocity function over a flow schedule with a chosen solver.
 
-Implements wan_spec.md 6.1-6.4 end to end: at each step i the model sees (x_i, sigma_i, t_i) with t_i from
+Implements docs/wan_spec.md sections 6.1-6.4 end to end: at each step i the model sees (x_i, sigma_i, t_i) with t_i from
 the schedule (integer or float, see ``schedule.sigma_to_timestep``), the solver advances x. Progress and
 interruption are callbacks (the CLI plugs tqdm in, the nodes ComfyUI's progress bar); nothing is printed.
 """

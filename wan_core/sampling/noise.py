@@ -1,6 +1,6 @@
 """Deterministic initial noise: the same seed gives the same latent noise on every device.
 
-Implements issue 4 item 3 (wan_spec.md 6.2 notes the official CUDA generator does not reproduce on CPU):
+Implements issue 4 item 3 (docs/wan_spec.md section 6.2 notes the official CUDA generator does not reproduce on CPU):
 draw float32 N(0, I) from a CPU ``torch.Generator`` seeded with ``seed``, then move it. ComfyUI draws its
 KSampler noise the same way (CPU generator, ``torch.randn`` of the full latent shape).
 """

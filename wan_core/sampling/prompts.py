@@ -1,4 +1,4 @@
-"""Wan 2.1's default negative prompt (wan_spec.md 6.2: ``sample_neg_prompt``, used when none is given)."""
+"""Wan 2.1's default negative prompt (docs/wan_spec.md section 6.2: ``sample_neg_prompt``, used when none is given)."""
 from __future__ import annotations
 
 __all__ = ["DEFAULT_NEGATIVE_PROMPT"]

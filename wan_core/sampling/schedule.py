@@ -1,6 +1,6 @@
 """Shifted flow-matching schedules: the official, DPM++ and ComfyUI conventions, custom lists, denoise.
 
-Implements wan_spec.md 6.1-6.5. A schedule is data: ``ScheduleConfig`` says what was asked for,
+Implements docs/wan_spec.md sections 6.1-6.5. A schedule is data: ``ScheduleConfig`` says what was asked for,
 ``build_schedule`` turns it into a ``FlowSchedule`` (the sigmas the solver integrates over and the timesteps
 the DiT sees). The one sigma <-> timestep mapping lives in ``sigma_to_timestep``.
 

@@ -1,7 +1,7 @@
 """Solver interface and registry: a solver integrates one sampling run over a fixed sigma schedule.
 
-Implements the solver choice of wan_spec.md 6.2-6.4 ("euler", "unipc", "dpm++"). Every solver here uses one
-model evaluation per step: the loop evaluates the velocity at (x_i, sigma_i) and calls ``step(i, x_i, v_i)``.
+Implements the solver choice of docs/wan_spec.md sections 6.2-6.4 ("euler", "unipc", "dpm++"). Every solver here uses
+one model evaluation per step: the loop evaluates the velocity at (x_i, sigma_i) and calls ``step(i, x_i, v_i)``.
 A solver instance holds the multistep history of exactly one run (create one per run with ``make_solver``);
 there is no module-level state.
 """

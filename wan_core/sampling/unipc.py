@@ -1,6 +1,6 @@
 """UniPC multistep solver, variant bh2, order 2, data prediction (x0), as in Wan's official sampler.
 
-Implements wan_spec.md 6.3. Notation for a move from sigma_s to sigma_t: alpha = 1 - sigma,
+Implements docs/wan_spec.md section 6.3. Notation for a move from sigma_s to sigma_t: alpha = 1 - sigma,
 lambda = ln(alpha) - ln(sigma), h = lambda_t - lambda_s, hh = -h, E = e^hh - 1 (= B(h) for bh2).
 
 * Predictor (step i, m0 = x0_hat at x_i, m1 = x0_hat of step i-1):

@@ -1,4 +1,4 @@
-"""umT5 text encoding for Wan 2.1 (wan_spec.md section 4): key maps, tokenizers, prompt cleaning, encoder.
+"""umT5 text encoding for Wan 2.1 (docs/wan_spec.md section 4): key maps, tokenizers, prompt cleaning, encoder.
 
 transformers is imported only when an encoder is built, so importing this package is cheap.
 """

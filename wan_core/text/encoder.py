@@ -1,6 +1,6 @@
 """The umT5-XXL text encoder of Wan 2.1: checkpoint loading, tokenisation, encoding, prompt cache.
 
-Implements wan_spec.md sections 1.3 and 4 (computation through ``transformers.UMT5EncoderModel``), 5.1
+Implements docs/wan_spec.md sections 1.3 and 4 (computation through ``transformers.UMT5EncoderModel``), 5.1
 (official / transformers / ComfyUI names) and 5.4 (fp8 and scaled-fp8 files are dequantised on load).
 transformers is imported inside functions so ``import wan_core`` stays cheap.
 """
@@ -51,7 +51,7 @@ _HF_BLOCK_RE = re.compile(r"^encoder\.block\.(\d+)\.")
 
 def detect_text_encoder_config(shapes: Mapping[str, Sequence[int]], source: str = "<state dict>",
                                hf_config: Mapping | None = None) -> TextEncoderConfig:
-    """umT5 hyper-parameters from transformers-named parameter shapes (spec 1.3).
+    """umT5 hyper-parameters from transformers-named parameter shapes (docs/wan_spec.md section 1.3).
 
     Everything but the relative-position max distance is in the shapes: vocab and d_model from
     ``shared.weight``, (buckets, heads) from a relative-bias table, d_kv from the q width, d_ff from
@@ -130,7 +130,7 @@ def expected_shapes(cfg: TextEncoderConfig) -> dict[str, tuple[int, ...]]:
 
 
 class TextEncoder:
-    """umT5 encoder + tokenizer + LRU cache of prompt embeddings (DESIGN.md section 4).
+    """umT5 encoder + tokenizer + LRU cache of prompt embeddings (docs/design.md section 4).
 
     ``encode(prompts)`` -> list of float32 tensors ``[L_i, d_model]``: the hidden states of the real
     tokens and the EOS token of each prompt (L_i <= 512), on the encoder's device.
@@ -201,7 +201,8 @@ class TextEncoder:
     # encoding --------------------------------------------------------------------------------------
     def encode(self, prompts: Sequence[str] | str, batch_size: int | None = None,
                progress: ProgressFn | None = None) -> list[torch.Tensor]:
-        """Encode prompts -> list of ``[L_i, d_model]`` float32 tensors (real tokens + EOS, spec 4.1).
+        """Encode prompts -> list of ``[L_i, d_model]`` float32 tensors (real tokens + EOS,
+        docs/wan_spec.md section 4.1).
 
         Prompts are cleaned (HTML unescape, whitespace), cached prompts are not re-encoded, the others run
         in batches of ``batch_size`` (padding masked). ``progress(done, total)`` is called after each batch

@@ -1,17 +1,17 @@
 """umT5 encoder key naming: official Wan ``.pth`` names <-> transformers ``UMT5EncoderModel`` names.
 
-Implements wan_spec.md section 4.2 and the text-encoder parts of 5.1 (ComfyUI prefix, ``spiece_model``,
+Implements docs/wan_spec.md section 4.2 and the text-encoder parts of 5.1 (ComfyUI prefix, ``spiece_model``,
 tied ``encoder.embed_tokens.weight``). The rules are checked in tests against
-``keys/umt5_keymap_official_to_hf.tsv``.
+``tests/text/data/umt5_keymap_official_to_hf.tsv``.
 """
 from __future__ import annotations
 
 import re
 
-# Prefix of the text encoder inside a ComfyUI all-in-one checkpoint (spec 4.2 / 5.1).
+# Prefix of the text encoder inside a ComfyUI all-in-one checkpoint (docs/wan_spec.md sections 4.2 / 5.1).
 COMFY_PREFIXES = ("text_encoders.umt5xxl.transformer.",)
 
-# ComfyUI umT5 files carry the SentencePiece model as a uint8 tensor under this name (comfyui.md 7.4).
+# ComfyUI umT5 files carry the SentencePiece model as a uint8 tensor under this name (docs/comfyui.md section 7.4).
 SPIECE_KEY = "spiece_model"
 
 # transformers keeps a second name for the (tied) input embedding.

@@ -1,4 +1,4 @@
-"""Prompt cleaning before tokenisation, as the official Wan text pipeline does (wan_spec.md section 4.1).
+"""Prompt cleaning before tokenisation, as the official Wan text pipeline does (docs/wan_spec.md section 4.1).
 
 ftfy text repair when the optional ``ftfy`` package is installed, HTML-unescape twice, strip, collapse
 whitespace runs to one space.

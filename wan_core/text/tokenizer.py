@@ -1,5 +1,5 @@
 """Local umT5 tokenizers: a SentencePiece model (``spiece.model`` or ComfyUI's embedded ``spiece_model``)
-or a ``tokenizer.json``, producing Wan's token layout (wan_spec.md section 4.1).
+or a ``tokenizer.json``, producing Wan's token layout (docs/wan_spec.md section 4.1).
 
 Content tokens are truncated to ``max_length - 1`` and EOS is appended, as transformers' T5 tokenizer
 does with ``truncation=True, max_length=512``; batches are right-padded with the pad id and masked.

@@ -1,7 +1,8 @@
 """Training utilities: flow-matching loss, bucket sampler, adaptive clipping, tail init, SUV skips, a loop.
 
-Specs: seed 002 section 4.2.2 (objective), algorithms.md 1.2 (SUV), 1.4 (tail init), 1.6 (bucket
-sampler), 1.7 (adaptive clipping); wan_spec.md 6.1 (the sampler's convention the loss is trained for).
+Specs: docs/algorithms.md sections 7 (objective; Wan report section 4.2.2), 1.2 (SUV), 1.4 (tail init),
+1.6 (bucket sampler), 1.7 (adaptive clipping); docs/wan_spec.md section 6.1 (the sampler's convention the loss is
+trained for).
 """
 from .bucket_sampler import BucketPlan, BucketSampler, shape_key
 from .grad_clip import (AdaptiveGradClipper, ClipResult, GradientSpikeError, clear_spike_marker,

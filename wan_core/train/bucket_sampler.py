@@ -1,6 +1,6 @@
 """Shape-bucketed "megabatch" sampler (Open-Sora Plan v1.2+), a ``torch.utils.data.Sampler``.
 
-Implements algorithms.md section 1.6: group by shape key ``FxHxW``, cut megabatches of world x batch, split
+Implements docs/algorithms.md section 1.6: group by shape key ``FxHxW``, cut megabatches of world x batch, split
 across ranks by striding, shuffle megabatches, replace minority shapes inside a batch, resume from a step.
 """
 from __future__ import annotations
@@ -54,8 +54,8 @@ class BucketSampler(Sampler[int]):
 
     Use with ``DataLoader(dataset, batch_size=batch_size, sampler=sampler)`` (``drop_last`` irrelevant: the
     length is a multiple of ``batch_size``), or iterate :meth:`batches` / pass ``batch_sampler=``
-    :meth:`as_batch_sampler`. Algorithm (algorithms.md 1.6), seeded ``torch.Generator(seed + epoch)`` so all
-    ranks compute the same plan:
+    :meth:`as_batch_sampler`. Algorithm (docs/algorithms.md section 1.6), seeded ``torch.Generator(seed + epoch)`` so
+    all ranks compute the same plan:
 
     1. group indices by shape key; groups by descending size (ties: first appearance); shuffle inside each;
        concatenate (groups smaller than ``min_bucket_size`` are dropped first, 0 = keep all);
@@ -141,7 +141,7 @@ class BucketSampler(Sampler[int]):
         """Continue as if ``global_step`` optimizer steps (each ``grad_accum`` micro-steps) were consumed.
 
         Sets the epoch to the one holding micro-step ``global_step * grad_accum`` and skips that many
-        micro-steps' megabatches inside it (algorithms.md 1.6 step 6).
+        micro-steps' megabatches inside it (docs/algorithms.md section 1.6 step 6).
         """
         if global_step < 0:
             raise ValueError(f"global_step must be >= 0, got {global_step}")

@@ -1,6 +1,6 @@
 """Adaptive gradient clipping (Open-Sora Plan v1.5 rule) with a global gradient norm.
 
-Implements algorithms.md section 1.7 (v1.5): EMA of the grad norm and of its variance, clip at
+Implements docs/algorithms.md section 1.7 (v1.5): EMA of the grad norm and of its variance, clip at
 mean + 3 std, spikes leave the statistics alone, extreme spikes / NaN stop training with a marker file.
 """
 from __future__ import annotations
@@ -163,7 +163,7 @@ def clear_spike_marker(path: Union[str, os.PathLike]) -> None:
 
 
 class AdaptiveGradClipper:
-    """Open-Sora Plan v1.5 adaptive clipping on the global gradient norm g (algorithms.md 1.7).
+    """Open-Sora Plan v1.5 adaptive clipping on the global gradient norm g (docs/algorithms.md section 1.7).
 
     State: ``mean`` (EMA of g, starts at the sentinel -1e6) and ``var`` (EMA of its variance).
 

@@ -1,7 +1,7 @@
 """A small, real training loop for velocity models ``model(x, t, context) -> v`` (flow matching).
 
-Uses the objective (loss.py, seed 002 section 4.2.2), the bucket sampler (algorithms.md 1.6) and adaptive
-clipping (1.7) with AdamW, fp32 or bf16 autocast, gradient accumulation and safetensors checkpoints.
+Uses the objective (loss.py, docs/algorithms.md section 7), the bucket sampler (docs/algorithms.md section 1.6) and
+adaptive clipping (1.7) with AdamW, fp32 or bf16 autocast, gradient accumulation and safetensors checkpoints.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ _CKPT_RE = re.compile(r"^step_(\d+)$")
 @dataclass
 class TrainConfig:
     """Training settings. Defaults follow the Wan report where it gives one (AdamW, weight decay 1e-3,
-    lr 1e-4, logit-normal timesteps) and algorithms.md 1.7 for clipping.
+    lr 1e-4, logit-normal timesteps) and docs/algorithms.md section 1.7 for clipping.
 
     precision: "fp32" or "bf16" (autocast; parameters and optimizer state stay fp32).
     lr_schedule: "constant" or "cosine" (from lr down to lr * min_lr_ratio at max_steps), after a linear

@@ -1,7 +1,7 @@
 """Flow-matching training objective and logit-normal timestep sampling.
 
-Implements the Wan report's objective (seed 002, section 4.2.2, eqs. 1-3) in the orientation our sampler
-uses (wan_spec.md section 6.1).
+Implements the Wan report's objective (its section 4.2.2, eqs. 1-3; docs/algorithms.md section 7) in the orientation our
+sampler uses (docs/wan_spec.md section 6.1).
 
 Two conventions, one process (stated once, here):
 
@@ -24,7 +24,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-NUM_TRAIN_TIMESTEPS = 1000  # the DiT's timestep scale: timestep = 1000 * sigma (wan_spec.md 6.1)
+NUM_TRAIN_TIMESTEPS = 1000  # the DiT's timestep scale: timestep = 1000 * sigma (docs/wan_spec.md section 6.1)
 
 VelocityModel = Callable[..., torch.Tensor]  # (x [B,C,F,H,W], timestep [B] on 0..1000, context) -> v
 
@@ -40,7 +40,7 @@ def sigma_to_wan_t(sigma: torch.Tensor) -> torch.Tensor:
 
 
 def shift_sigma(sigma: torch.Tensor, shift: float) -> torch.Tensor:
-    """The sampler's time-SNR shift ``sigma' = s*sigma / (1 + (s - 1)*sigma)`` (wan_spec.md 6.1).
+    """The sampler's time-SNR shift ``sigma' = s*sigma / (1 + (s - 1)*sigma)`` (docs/wan_spec.md section 6.1).
 
     ``shift > 1`` moves mass towards noisier inputs; ``shift = 1`` is the identity.
     """

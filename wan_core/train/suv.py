@@ -1,6 +1,6 @@
 """SUV: U-shaped stage layout with long skip connections over a stack of transformer blocks (Open-Sora Plan v1.5).
 
-Implements algorithms.md section 1.2 / section 6 note 2: stage table with per-stage sparse ratio, LIFO skips
+Implements docs/algorithms.md sections 1.2 and 6.2: stage table with per-stage sparse ratio, LIFO skips
 from encoder to decoder stages, fusion ``h <- Linear_{2D->D}(concat[h, skip])`` initialised as [I | 0].
 """
 from __future__ import annotations

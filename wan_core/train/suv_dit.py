@@ -1,6 +1,6 @@
 """A Wan DiT with SUV long skip connections (U-shaped stages), initialised from a dense WanDiT.
 
-Implements algorithms.md section 1.2 on our ``WanDiT`` (wan_spec.md section 2): same blocks and weights,
+Implements docs/algorithms.md section 1.2 on our ``WanDiT`` (docs/wan_spec.md section 2): same blocks and weights,
 plus one [I | 0]-initialised fusion per decoder stage, so the variant starts equal to the dense model.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Inflate 2D convolution kernels into causal 3D ones ("tail initialization", Open-Sora Plan CausalVideoVAE).
 
-Implements algorithms.md section 1.4: the 2D kernel goes into the last temporal tap (tail), the middle one
+Implements docs/algorithms.md section 1.4: the 2D kernel goes into the last temporal tap (tail), the middle one
 (center) or is spread evenly (average); and a whole 2D image-VAE state dict into a causal video VAE's.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Wan 2.1 video VAE: causal 3-D conv network, feature-cache streaming through time, spatial tiling.
 
-wan_spec.md section 3; public entry point ``load_vae`` (DESIGN.md section 4).
+docs/wan_spec.md section 3; public entry point ``load_vae`` (docs/design.md section 4).
 """
 from .config import PRESETS, TINY_VAE, TINY_VAE_1RES, WAN21_VAE, VAEConfig, detect_vae_config
 from .image import image_to_video, video_to_image

@@ -1,6 +1,6 @@
 """VAE building blocks: channel RMS norm, residual block, per-frame attention block.
 
-Implements wan_spec.md section 3.1 (RMS_norm, ResidualBlock, AttentionBlock).
+Implements docs/wan_spec.md section 3.1 (RMS_norm, ResidualBlock, AttentionBlock).
 """
 from __future__ import annotations
 

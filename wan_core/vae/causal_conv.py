@@ -1,6 +1,6 @@
 """Causal 3-D convolution and the per-call temporal state that lets it stream through time.
 
-Implements wan_spec.md section 3.1 (CausalConv3d) and the cache rules of section 3.2.
+Implements docs/wan_spec.md section 3.1 (CausalConv3d) and the cache rules of section 3.2.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class TemporalState:
 
     Created by the streaming loop, passed down through every layer, dropped when the call ends; layers
     keep nothing between calls. ``None`` in place of a state means "the whole sequence in one piece"
-    (the full-sequence formulation of spec 3.2).
+    (the full-sequence formulation of docs/wan_spec.md section 3.2).
     """
 
     __slots__ = ("_frames",)

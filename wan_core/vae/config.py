@@ -1,6 +1,6 @@
 """VAE configuration: the Wan 2.1 preset, small test presets, and detection from a state dict.
 
-Implements wan_spec.md sections 1.2 and 3.3 (layer layout) as data; ``model.py`` builds from it.
+Implements docs/wan_spec.md sections 1.2 and 3.3 (layer layout) as data; ``model.py`` builds from it.
 """
 from __future__ import annotations
 

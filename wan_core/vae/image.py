@@ -1,7 +1,7 @@
 """Conversions between VAE video tensors and ComfyUI IMAGE batches.
 
-VAE side: [B, 3, T, H, W] in [-1, 1] (wan_spec.md 3.4); ComfyUI side: IMAGE [N, H, W, 3] float32 in [0, 1]
-with video frames in the batch dimension (comfyui.md 6.4).
+VAE side: [B, 3, T, H, W] in [-1, 1] (docs/wan_spec.md section 3.4); ComfyUI side: IMAGE [N, H, W, 3] float32 in [0, 1]
+with video frames in the batch dimension (docs/comfyui.md section 6.4).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Wan VAE parameter names: official (= ComfyUI) <-> diffusers ``AutoencoderKLWan``, by rules.
 
-Implements wan_spec.md section 5.3; the rules reproduce ``keys/wan_vae_keymap_official_to_diffusers.tsv``
+Implements docs/wan_spec.md section 5.3; the rules reproduce ``tests/vae/data/wan_vae_keymap_official_to_diffusers.tsv``
 exactly (tested). ComfyUI files use the official names, optionally prefixed ``vae.`` / ``first_stage_model.``.
 """
 from __future__ import annotations

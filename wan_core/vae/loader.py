@@ -1,6 +1,6 @@
 """``load_vae`` and the WanVAE object: validated, streamed, optionally tiled encode/decode.
 
-Implements DESIGN.md section 4 (``vae.encode`` / ``vae.decode``) and wan_spec.md sections 3.4 and 5
+Implements docs/design.md section 4 (``vae.encode`` / ``vae.decode``) and docs/wan_spec.md sections 3.4 and 5
 (official / ComfyUI / diffusers files, prefixes, detection, errors that say what a file is).
 """
 from __future__ import annotations
@@ -96,7 +96,7 @@ def check_latents(z: torch.Tensor, cfg: VAEConfig) -> None:
 
 
 class WanVAE:
-    """A loaded Wan 2.1 video VAE (DESIGN.md section 4).
+    """A loaded Wan 2.1 video VAE (docs/design.md section 4).
 
     ``encode(video [B,3,T,H,W] in [-1,1]) -> raw mu [B,16,1+(T-1)/4,H/8,W/8]``;
     ``decode(z raw latents) -> [B,3,1+4(T'-1),8H',8W'] in [-1,1]``. Both stream through time (memory flat in

@@ -1,7 +1,7 @@
 """The Wan 2.1 video VAE network: encoder, decoder and the latent 1x1x1 convs ``conv1`` / ``conv2``.
 
-Implements wan_spec.md section 3.3 (layout, official parameter names) on top of blocks.py / resample.py.
-Every forward takes ``state``: None = whole sequence (spec 3.2 full-sequence form), a TemporalState = one
+Implements docs/wan_spec.md section 3.3 (layout, official parameter names) on top of blocks.py / resample.py.
+Every forward takes ``state``: None = whole sequence (the full-sequence form of section 3.2), a TemporalState = one
 time chunk of a stream (streaming.py drives it).
 """
 from __future__ import annotations
@@ -140,11 +140,11 @@ class WanVAEModel(nn.Module):
         return self.decoder(self.conv2(z), state, piece_frames).clamp_(-1.0, 1.0)
 
     def encode_full(self, x: torch.Tensor) -> torch.Tensor:
-        """Whole-sequence encode (the reference form of spec 3.2; memory grows with T)."""
+        """Whole-sequence encode (the reference form of docs/wan_spec.md section 3.2; memory grows with T)."""
         return self.encode_chunk(x, None)
 
     def decode_full(self, z: torch.Tensor) -> torch.Tensor:
-        """Whole-sequence decode (the reference form of spec 3.2; memory grows with T)."""
+        """Whole-sequence decode (the reference form of docs/wan_spec.md section 3.2; memory grows with T)."""
         return self.decode_chunk(z, None)
 
 

@@ -1,6 +1,6 @@
 """Spatial (and temporal) down/upsampling layers of the Wan VAE, with the first-frame rules.
 
-Implements wan_spec.md sections 3.1 (Resample) and 3.2 (temporal semantics: frame 0 passes through).
+Implements docs/wan_spec.md sections 3.1 (Resample) and 3.2 (temporal semantics: frame 0 passes through).
 """
 from __future__ import annotations
 

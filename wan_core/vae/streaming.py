@@ -1,6 +1,6 @@
 """Feature-cache streaming through time: encode frame 0 then 4 frames at a time, decode one latent frame at a time.
 
-Implements wan_spec.md sections 3.2 and 3.4: every causal layer carries its frames between chunks in a
+Implements docs/wan_spec.md sections 3.2 and 3.4: every causal layer carries its frames between chunks in a
 TemporalState created here for one call, so memory does not grow with the video length.
 """
 from __future__ import annotations

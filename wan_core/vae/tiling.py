@@ -1,6 +1,6 @@
 """Spatial tiling with linear blending for VAE decode and encode; every tile streams through time.
 
-Background: algorithms.md section 1.5 (diffusers / Open-Sora tiled VAE). Tiles are laid out in latent
+Background: docs/algorithms.md section 1.5 (diffusers / Open-Sora tiled VAE). Tiles are laid out in latent
 units, evenly spaced with at least ``overlap`` shared latents; across each overlap the two tiles' outputs
 are cross-faded linearly and the blend weights sum to one at every output position (partition of unity),
 so a single tile reproduces the untiled result exactly.
