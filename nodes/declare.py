@@ -65,7 +65,10 @@ class NodeSpec:
             raise ValueError(f"{self.node_id}: duplicate input names")
 
     def run(self, **kwargs) -> tuple:
-        out = self.fn(**kwargs)
+        from .host import client_errors  # errors reach API clients: model paths as <folder>/<file>
+
+        with client_errors():
+            out = self.fn(**kwargs)
         if not isinstance(out, tuple) or len(out) != len(self.outputs):
             raise TypeError(f"{self.node_id}: function returned {type(out).__name__}, expected a tuple of "
                             f"{len(self.outputs)} output(s)")

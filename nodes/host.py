@@ -7,6 +7,7 @@ and an interrupt flag that tests (or a CLI signal handler) can raise.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -43,10 +44,44 @@ def models_dir() -> Path:
     return Path(os.environ.get("WANCORE_MODELS_DIR", "models")).expanduser()
 
 
+# ---------------------------------------------------------------- model names: the folder lists are the authority
+#
+# Server clients are not trusted: a loader opens a file only by a name that the folder's list offers (what the
+# combo box shows) or a built-in entry the pack registered. Any other value (an absolute path, ``../``, a
+# name that is not there) gets the same answer whether or not such a path exists, so a client can neither
+# load arbitrary files nor probe the server's disk.
+
+_BUILTINS: dict[str, dict[str, Path]] = {}  # folder -> display name -> path, listed first
+
+
+class NotInList(ValueError):
+    """A model name that is not one of the choices of its folder (ComfyUI's ``value_not_in_list``)."""
+
+
+def register_builtin(folder: str, name: str, path: str | os.PathLike) -> None:
+    """Offer ``path`` under ``name`` in the lists of ``folder`` (first), e.g. a demo model shipped with the
+    pack: ``register_builtin("diffusion_models", "wancore-demo (built-in)", Path(...))``."""
+    _BUILTINS.setdefault(folder, {})[name] = Path(path)
+
+
+def unregister_builtin(folder: str, name: str) -> None:
+    _BUILTINS.get(folder, {}).pop(name, None)
+
+
+def _builtin_names(folder: str, dirs_only: bool = False) -> list[str]:
+    return [n for n, p in _BUILTINS.get(folder, {}).items() if not dirs_only or p.is_dir()]
+
+
+def _first_builtins(builtins: list[str], found) -> list[str]:
+    return builtins + [n for n in sorted(set(found)) if n not in builtins]
+
+
 def list_models(folder: str) -> list[str]:
-    """File names offered in a loader's combo box (relative to the folder, as ComfyUI lists them)."""
+    """File names offered in a loader's combo box (relative to the folder, as ComfyUI lists them), after the
+    built-in entries; model folders (a ``config.json`` inside, e.g. diffusers layouts) are listed too."""
     if IN_COMFYUI:
-        return list(_folder_paths.get_filename_list(folder))
+        found = list(_folder_paths.get_filename_list(folder)) + list_model_folders(folder, builtins=False)
+        return _first_builtins(_builtin_names(folder), found)
     names: list[str] = []
     for sub in _FALLBACK_FOLDERS.get(folder, (folder,)):
         root = models_dir() / sub
@@ -56,27 +91,41 @@ def list_models(folder: str) -> list[str]:
                     names.append(p.relative_to(root).as_posix())
                 elif p.is_dir() and (p / "config.json").exists():
                     names.append(p.relative_to(root).as_posix())
-    return sorted(set(names))
+    return _first_builtins(_builtin_names(folder), names)
+
+
+def _show(name: object) -> str:
+    text = repr(name)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def not_in_list_message(folder: str, name: object, available: list[str], what: str = "files") -> str:
+    """``'x' is not one of the available files in models/<folder>: a, b, c``: the same text whether or not
+    a path ``x`` exists anywhere (the message depends only on the name and the list)."""
+    if available:
+        more = f" (and {len(available) - 10} more)" if len(available) > 10 else ""
+        choices = ", ".join(available[:10]) + more
+    else:
+        choices = f"none yet (put the model {what} in ComfyUI's models/{folder})"
+    return f"{_show(name)} is not one of the available {what} in models/{folder}: {choices}"
 
 
 def model_path(folder: str, name: str) -> Path:
-    """Resolve a combo choice to a path, with an error that names the folder and what is there."""
-    if IN_COMFYUI:
-        full = _folder_paths.get_full_path(folder, name)
-        if full is not None:
-            return Path(full)
-        where = ", ".join(_folder_paths.get_folder_paths(folder))
-    else:
-        for sub in _FALLBACK_FOLDERS.get(folder, (folder,)):
-            p = models_dir() / sub / name
+    """Resolve a combo choice (a name ``list_models(folder)`` offers) to its path; ``NotInList`` otherwise."""
+    builtin = _BUILTINS.get(folder, {}).get(name) if isinstance(name, str) else None
+    if builtin is not None:
+        return builtin
+    available = list_models(folder)
+    if isinstance(name, str) and name in available:
+        if IN_COMFYUI:
+            full = _folder_paths.get_full_path(folder, name)
+            if full is not None:
+                return Path(full)
+        for root in model_folder_roots(folder):
+            p = root / name
             if p.exists():
                 return p
-        where = ", ".join(str(models_dir() / s) for s in _FALLBACK_FOLDERS.get(folder, (folder,)))
-    if os.path.isabs(name) and os.path.exists(name):
-        return Path(name)
-    available = list_models(folder)
-    hint = f"available: {', '.join(available[:8])}" if available else "the folder is empty"
-    raise FileNotFoundError(f"model file {name!r} not found in '{folder}' ({where}); {hint}")
+    raise NotInList(not_in_list_message(folder, name, available))
 
 
 def model_folder_roots(folder: str) -> list[Path]:
@@ -89,42 +138,98 @@ def model_folder_roots(folder: str) -> list[Path]:
     return [models_dir() / sub for sub in _FALLBACK_FOLDERS.get(folder, (folder,))]
 
 
-def list_model_folders(folder: str, max_depth: int = 3) -> list[str]:
-    """Model *folders* (directories with a ``config.json``, e.g. transformers LLMs) under a ComfyUI folder name,
-    relative to its root (``Qwen2.5-3B-Instruct``, ``Qwen/Qwen2.5-3B-Instruct``); not searched below a model."""
+def list_model_folders(folder: str, max_depth: int = 3, markers: tuple[str, ...] = ("config.json",),
+                       builtins: bool = True) -> list[str]:
+    """Model *folders* (directories holding one of ``markers``, e.g. a transformers LLM's ``config.json`` or a
+    tokenizer's ``spiece.model``) under a ComfyUI folder name, relative to its root (``Qwen2.5-3B-Instruct``,
+    ``Qwen/Qwen2.5-3B-Instruct``), after the built-in folders; not searched below a model."""
     names: set[str] = set()
     for root in model_folder_roots(folder):
         if not root.is_dir():
             continue
         for here, dirs, files in os.walk(root, followlinks=True):
             rel = Path(here).relative_to(root)
-            if "config.json" in files and rel.parts:
+            if rel.parts and any(m in files for m in markers):
                 names.add(rel.as_posix())
                 dirs[:] = []
             elif len(rel.parts) >= max_depth:
                 dirs[:] = []
             else:
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-    return sorted(names)
+    return _first_builtins(_builtin_names(folder, dirs_only=True) if builtins else [], names)
 
 
-def model_folder_path(folder: str, name: str) -> Path:
-    """Resolve a model-folder choice (``list_model_folders``) to a directory, with an error that names the
-    ComfyUI folder, where it looked and what is there. ``..`` is refused; an existing absolute path is taken."""
-    roots = model_folder_roots(folder)
-    if os.path.isabs(name):
-        if os.path.isdir(name):
-            return Path(name)
-    elif name and ".." not in Path(name).parts:
-        for root in roots:
+def model_folder_path(folder: str, name: str, markers: tuple[str, ...] = ("config.json",),
+                      what: str = "model folders") -> Path:
+    """Resolve a model-folder choice (a name ``list_model_folders(folder, markers=markers)`` offers) to its
+    directory; ``NotInList`` (naming the folder and the choices) for anything else."""
+    builtin = _BUILTINS.get(folder, {}).get(name) if isinstance(name, str) else None
+    if builtin is not None and builtin.is_dir():
+        return builtin
+    available = list_model_folders(folder, markers=markers)
+    if isinstance(name, str) and name in available:
+        for root in model_folder_roots(folder):
             p = root / name
             if p.is_dir():
                 return p
-    available = list_model_folders(folder)
-    hint = (f"available: {', '.join(available[:8])}" if available else
-            "no model folders there (a model folder holds config.json, the weights and the tokenizer files)")
-    where = ", ".join(str(r) for r in roots)
-    raise FileNotFoundError(f"model folder {name!r} not found in '{folder}' ({where}); {hint}")
+    raise NotInList(not_in_list_message(folder, name, available, what))
+
+
+# ---------------------------------------------------------------- messages for clients: no server paths
+
+_CLIENT_FOLDERS = ("diffusion_models", "vae", "text_encoders", "LLM")
+
+
+def _path_labels() -> list[tuple[str, str]]:
+    """(absolute prefix, label) pairs, longest prefix first: each model folder root (as configured and with
+    links resolved) -> its folder name, each built-in model's path -> its name."""
+    pairs: dict[str, str] = {}
+    for folder in dict.fromkeys((*_CLIENT_FOLDERS, *_BUILTINS)):
+        try:
+            roots = model_folder_roots(folder)
+        except Exception:  # noqa: BLE001 - a message rewrite must never fail itself
+            roots = []
+        for root in roots:
+            for form in {str(root), str(root.absolute()), os.path.realpath(root)}:
+                if os.path.isabs(form):
+                    pairs.setdefault(form.rstrip("/\\"), folder)
+        for name, path in _BUILTINS.get(folder, {}).items():
+            for form in {str(path), str(path.absolute()), os.path.realpath(path)}:
+                pairs[form.rstrip("/\\")] = name
+    return sorted(pairs.items(), key=lambda kv: -len(kv[0]))
+
+
+def client_message(text: str) -> str:
+    """``text`` with the server's model folder paths replaced by ``<folder>/<name>``, for messages that reach
+    API clients (validation results, node errors). The core keeps full paths for command-line users."""
+    for prefix, label in _path_labels():
+        if prefix and prefix in text:  # the whole path component only: /m/vae, not /m/vae2
+            text = re.sub(re.escape(prefix) + r"(?![\w.-])", lambda _: label, text)
+    return text
+
+
+class client_errors:
+    """Context manager: re-raise an error whose message names server paths with ``client_message``'s text
+    (same exception type where possible; the original stays chained for the server log)."""
+
+    def __enter__(self) -> "client_errors":
+        return self
+
+    def __exit__(self, typ, err, tb) -> None:
+        if err is None or not isinstance(err, Exception):
+            return
+        text = str(err)
+        safe = client_message(text)
+        if safe == text:
+            return
+        try:
+            new = type(err)(safe)
+            if str(new) != safe:
+                raise TypeError
+            new.__dict__.update(err.__dict__)  # attributes such as a step number survive
+        except Exception:  # noqa: BLE001 - exceptions whose constructor wants more than a message
+            new = RuntimeError(safe)
+        raise new from err
 
 
 def torch_device() -> torch.device:

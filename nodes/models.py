@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 import wan_core
-from wan_core.checkpoint import CheckpointError
+from wan_core.text.tokenizer import TOKENIZER_FILES
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -21,21 +21,22 @@ def _dtype_for(choice: str, device: torch.device) -> torch.dtype | None:
 
 
 def _check_file(folder: str, input_name: str, name: str, opener=None) -> bool | str:
-    """Pre-queue check of a model-file input: the file exists (and ``opener`` accepts it); else a message that
-    names the input, the folder and the files there (the combo check ComfyUI skips once we validate it)."""
+    """Pre-queue check of a model-file input: one of the folder's choices (ComfyUI skips its own combo check
+    for inputs a validator takes) that ``opener`` accepts; else a message naming the input, the folder and
+    the choices, with paths relative to the models folder."""
     try:
         path = host.model_path(folder, name)
         if opener is not None:
             opener(path)
-    except (FileNotFoundError, CheckpointError) as e:
-        return f"{input_name}: {e}"
+    except (ValueError, OSError) as e:  # NotInList, CheckpointError, unreadable file
+        return host.client_message(f"{input_name}: {e}")
     return True
 
 
 def validate_model(model_name: str) -> bool | str:
     from wan_core.dit.loader import official_state_dict  # safetensors / folders: reads headers only
 
-    pickled = model_name.lower().endswith((".pth", ".pt", ".ckpt", ".bin"))  # would load the whole file
+    pickled = str(model_name).lower().endswith((".pth", ".pt", ".ckpt", ".bin"))  # would load the whole file
     return _check_file("diffusion_models", "model_name", model_name, None if pickled else official_state_dict)
 
 
@@ -43,8 +44,26 @@ def validate_vae(vae_name: str) -> bool | str:
     return _check_file("vae", "vae_name", vae_name)
 
 
-def validate_text_encoder(text_encoder_name: str) -> bool | str:
-    return _check_file("text_encoders", "text_encoder_name", text_encoder_name)
+def _tokenizer_folder(tokenizer: str):
+    """The tokenizer input: empty = the file's own tokenizer; else one of the tokenizer folders (holding
+    spiece.model or tokenizer.json) in models/text_encoders, never a path."""
+    if not isinstance(tokenizer, str):
+        raise host.NotInList(host.not_in_list_message("text_encoders", tokenizer, [], "tokenizer folders"))
+    if not tokenizer.strip():
+        return None
+    return host.model_folder_path("text_encoders", tokenizer.strip(), markers=TOKENIZER_FILES,
+                                  what="tokenizer folders")
+
+
+def validate_text_encoder(text_encoder_name: str, tokenizer: str = "") -> bool | str:
+    checked = _check_file("text_encoders", "text_encoder_name", text_encoder_name)
+    if checked is not True:
+        return checked
+    try:
+        _tokenizer_folder(tokenizer)
+    except ValueError as e:
+        return host.client_message(f"tokenizer: {e}")
+    return True
 
 
 WEIGHT_CHOICES = ("auto", "bf16", "fp16", "fp32", "fp8_e4m3fn", "fp8_scaled")
@@ -72,7 +91,7 @@ def _weights_for(path, weight_dtype: str, device: torch.device) -> tuple[torch.d
 
 def load_model(model_name: str, weight_dtype: str = "auto", attention: str = "sdpa", skiparse: str = "none",
                skiparse_k: int = 4, gemm: str = "upcast", device: str = "auto"):
-    path = host.model_path("diffusion_models", model_name)
+    path = host.model_path("diffusion_models", model_name)  # only a listed name, even if validation was skipped
     target = host.torch_device() if device == "auto" else torch.device("cpu")
     dtype, weights = _weights_for(path, weight_dtype, target)
     if gemm == "scaled_mm" and weights is None:
@@ -95,11 +114,12 @@ def load_vae(vae_name: str, dtype: str = "auto"):
 
 def load_text_encoder(text_encoder_name: str, tokenizer: str = "", device: str = "default", dtype: str = "auto"):
     path = host.model_path("text_encoders", text_encoder_name)
+    tokenizer_folder = _tokenizer_folder(tokenizer)
     target = host.torch_device() if device == "default" else torch.device("cpu")
     progress, bar = host.loading_progress(f"loading {text_encoder_name}")
     with bar:
-        te = wan_core.load_text_encoder(path, tokenizer=tokenizer.strip() or None,
-                                        dtype=_dtype_for(dtype, target), device="cpu", progress=progress)
+        te = wan_core.load_text_encoder(path, tokenizer=tokenizer_folder, dtype=_dtype_for(dtype, target),
+                                        device="cpu", progress=progress)
     te.wancore_device = target
     return (te,)
 
@@ -152,7 +172,8 @@ TEXT_ENCODER_LOADER = NodeSpec(
         Input("text_encoder_name", "COMBO", options=lambda: host.list_models("text_encoders"),
               tooltip="e.g. umt5_xxl_fp8_e4m3fn_scaled.safetensors"),
         Input("tokenizer", "STRING", default="", optional=True,
-              tooltip="folder with spiece.model or tokenizer.json; empty = the one embedded in the file"),
+              tooltip="empty: the tokenizer embedded in the file (or shipped beside it); else the name of a "
+                      "folder in models/text_encoders holding spiece.model or tokenizer.json, e.g. google/umt5-xxl"),
         Input("device", "COMBO", default="default", options=("default", "cpu"), optional=True,
               tooltip="cpu keeps the 5.7B encoder off the GPU"),
         Input("dtype", "COMBO", default="auto", options=tuple(DTYPES), optional=True),

@@ -5,6 +5,8 @@ resting on the offload device) and rewrites are cached per prompt and settings.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from wan_core.text.rewrite import LANGUAGES, PromptRewriter, load_prompt_rewriter, resolve_dtype
@@ -17,14 +19,14 @@ _LOADED: dict[tuple[str, str, str], PromptRewriter] = {}  # (folder, device, dty
 
 
 def _rewriter(llm_folder: str, device: str) -> PromptRewriter:
-    path = host.model_folder_path(LLM_FOLDER, llm_folder)
+    path = host.model_folder_path(LLM_FOLDER, llm_folder)  # only a listed folder, even if validation was skipped
     target = host.torch_device() if device == "auto" else torch.device("cpu")
     dtype = resolve_dtype("auto", target)
     key = (str(path.resolve()), str(target), str(dtype))
     if key not in _LOADED:
         _LOADED.clear()  # LLMs are large: drop the previous one before loading another
         rewriter = load_prompt_rewriter(path, dtype=dtype, device="cpu")
-        rewriter.wancore_device = target  # where it generates; it rests on the offload device in between
+        rewriter.wancore_device = target  # type: ignore[attr-defined]  # where it generates; offloaded between
         _LOADED[key] = rewriter
     return _LOADED[key]
 
@@ -35,7 +37,8 @@ def prompt_rewrite(llm_folder: str, prompt: str, seed: int = 0, max_new_tokens: 
     if not prompt.strip():
         raise ValueError("prompt: the prompt is empty; write a short description of the video to rewrite")
     rewriter = _rewriter(llm_folder, device)
-    settings = dict(seed=seed, max_new_tokens=max_new_tokens, temperature=temperature, language=language)
+    settings: dict[str, Any] = dict(seed=seed, max_new_tokens=max_new_tokens, temperature=temperature,
+                                    language=language)
     hit = rewriter.cached(prompt, **settings)
     if hit is not None:
         return (hit,)
@@ -51,14 +54,11 @@ def prompt_rewrite(llm_folder: str, prompt: str, seed: int = 0, max_new_tokens: 
 
 
 def validate_llm_folder(llm_folder: str) -> bool | str:
+    """One of the model folders (holding config.json) that models/LLM lists; else the choices."""
     try:
-        path = host.model_folder_path(LLM_FOLDER, llm_folder)
-    except FileNotFoundError as e:
-        return f"llm_folder: {e}"
-    if not (path / "config.json").is_file():
-        choices = ", ".join(host.list_model_folders(LLM_FOLDER)[:8]) or "none yet"
-        return (f"llm_folder: {str(path)!r} has no config.json, so it is not a transformers model folder; "
-                f"model folders in models/{LLM_FOLDER}: {choices}")
+        host.model_folder_path(LLM_FOLDER, llm_folder)
+    except ValueError as e:
+        return host.client_message(f"llm_folder: {e}")
     return True
 
 

@@ -81,7 +81,8 @@ def test_model_loader_errors(node, models_dir):
     from wan_core import CheckpointError
 
     models = node.models
-    with pytest.raises(FileNotFoundError, match=r"'nope.safetensors' not found in 'diffusion_models'"):
+    with pytest.raises(ValueError, match=r"'nope.safetensors' is not one of the available files in "
+                                         r"models/diffusion_models"):
         models.load_model("nope.safetensors")
     save_file({"decoder.upsamples.0.residual.0.gamma": torch.ones(4, 1, 1, 1),
                "encoder.conv1.weight": torch.zeros(4, 3, 3, 3, 3)}, models_dir / "diffusion_models" / "vae.safetensors")
