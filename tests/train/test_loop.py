@@ -90,7 +90,8 @@ def test_resume_after_checkpoint_is_bit_identical(tmp_path):
                  interrupt=lambda: next(stops) == 4)                  # stop after step 4
     assert part.interrupted and part.step == 4 and part.checkpoint.endswith("step_00000004")
     ckpt = latest_checkpoint(str(tmp_path))
-    assert sorted(os.listdir(ckpt)) == [".wancore_checkpoint", "model.safetensors", "optimizer.pt", "trainer_state.json"]
+    assert sorted(os.listdir(ckpt)) == [".wancore_checkpoint", "model.safetensors", "optimizer.pt",
+                                        "trainer_state.json"]
     state = json.load(open(os.path.join(ckpt, "trainer_state.json")))
     assert state["step"] == 4 and state["data_step"] == 4 and state["clipper"]["mean"] > 0
 
