@@ -142,56 +142,106 @@ def v1_class(spec: NodeSpec) -> type:
 
 # ---------------------------------------------------------------- V3 (comfy_api.latest)
 
+# Keywords that only change how a node looks (advanced-inputs fold, search words, tooltips, widget style).
+# They are passed only where the running ComfyUI's ``io`` accepts them: ``advanced`` and ``search_aliases``
+# are newer than ComfyUI 0.3.64 and 0.8.0, and passing them there is a TypeError that fails the whole pack.
+# Everything else (ids, types, defaults, ranges, choices) is passed as is: if ``io`` refuses that, the V3
+# path cannot represent the node and the caller falls back to V1.
+COSMETIC_KEYWORDS = frozenset({"advanced", "search_aliases", "tooltip", "description", "multiline",
+                               "control_after_generate"})
+
+
+def accepted_keywords(fn: Callable) -> frozenset[str] | None:
+    """Keyword parameters ``fn`` (a function or a class) accepts; None when it takes ``**kwargs`` or its
+    signature cannot be read (then every keyword is assumed accepted)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def call_with_supported(fn: Callable, *args, dropped: set[str] | None = None, **kwargs):
+    """``fn(*args, **kwargs)`` without the cosmetic keywords ``fn`` does not accept (named in ``dropped``)."""
+    accepted = accepted_keywords(fn)
+    if accepted is not None:
+        for key in [k for k in kwargs if k in COSMETIC_KEYWORDS and k not in accepted]:
+            del kwargs[key]
+            if dropped is not None:
+                dropped.add(key)
+    return fn(*args, **kwargs)
+
+
 def _v3_type(io, type_name: str):
     builtin = {"INT": io.Int, "FLOAT": io.Float, "STRING": io.String, "BOOLEAN": io.Boolean, "COMBO": io.Combo,
                "LATENT": io.Latent, "IMAGE": io.Image, "MASK": io.Mask}
     return builtin.get(type_name) or io.Custom(type_name)
 
 
-def _v3_input(io, i: Input):
+def _v3_input(io, i: Input, dropped: set[str] | None = None):
     kw: dict[str, Any] = {"optional": i.optional}
     if i.tooltip:
         kw["tooltip"] = i.tooltip
     if i.advanced:
         kw["advanced"] = True
-    t = _v3_type(io, i.type)
     if i.type == "COMBO":
-        return t.Input(i.name, options=i.choices(), default=i.default, **kw)
-    if i.type in ("INT", "FLOAT"):
+        kw.update(options=i.choices(), default=i.default)
+    elif i.type in ("INT", "FLOAT"):
+        kw["default"] = i.default
         for key in ("min", "max", "step"):
             if getattr(i, key) is not None:
                 kw[key] = getattr(i, key)
         if i.control_after_generate:
             kw["control_after_generate"] = True
-        return t.Input(i.name, default=i.default, **kw)
-    if i.type == "STRING":
-        return t.Input(i.name, default=i.default, multiline=i.multiline, **kw)
-    if i.type == "BOOLEAN":
-        return t.Input(i.name, default=i.default, **kw)
-    return t.Input(i.name, **kw)
+    elif i.type == "STRING":
+        kw.update(default=i.default, multiline=i.multiline)
+    elif i.type == "BOOLEAN":
+        kw["default"] = i.default
+    return call_with_supported(_v3_type(io, i.type).Input, i.name, dropped=dropped, **kw)
 
 
-def _with_explicit_params(fn: Callable) -> Callable:
-    """``lambda cls, a, b: fn(a=a, b=b)``: ComfyUI reads the validator's argument names with
-    ``inspect.getfullargspec`` (which ignores ``__signature__``) to decide which inputs to pass, and V3
-    needs a classmethod. The names come from our own declarations, never from user data."""
-    params = list(inspect.signature(fn).parameters)
-    if not all(p.isidentifier() for p in params):
-        raise ValueError(f"validator {fn.__name__} has unusual parameter names: {params}")
-    call = ", ".join(f"{p}={p}" for p in params)
-    return eval(f"lambda cls, {', '.join(params)}: _fn({call})", {"_fn": fn})  # noqa: S307
+def _v3_output(io, o: Output, dropped: set[str] | None = None):
+    return call_with_supported(_v3_type(io, o.type).Output, display_name=o.name, tooltip=o.tooltip or None,
+                               dropped=dropped)
 
 
-def v3_class(spec: NodeSpec, io) -> type:
-    """A V3 ``io.ComfyNode`` subclass for ``spec`` (``io`` = ``comfy_api.latest.io``)."""
+def v3_validator(fn: Callable[..., bool | str]) -> classmethod:
+    """``fn`` as a V3 ``validate_inputs`` classmethod.
+
+    ComfyUI passes a validator only the inputs named in its signature (``inspect.getfullargspec``, which
+    reads ``__signature__``), so the wrapper takes ``**inputs`` but presents ``(cls, <fn's parameters>)``;
+    inputs ComfyUI does not send (unset optional ones) keep ``fn``'s defaults."""
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    unsupported = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL, p.KEYWORD_ONLY)]
+    if unsupported or "cls" in sig.parameters:
+        raise ValueError(f"validator {fn.__name__}: ComfyUI passes inputs by name to plain parameters; "
+                         f"cannot forward {unsupported or ['cls']}")
+
+    def validate_inputs(cls, **inputs):
+        return fn(**inputs)
+
+    validate_inputs.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[inspect.Parameter("cls", inspect.Parameter.POSITIONAL_OR_KEYWORD), *params])
+    validate_inputs.__name__ = validate_inputs.__qualname__ = f"validate_inputs[{fn.__name__}]"
+    validate_inputs.__doc__ = fn.__doc__
+    return classmethod(validate_inputs)
+
+
+def v3_class(spec: NodeSpec, io, dropped: set[str] | None = None) -> type:
+    """A V3 ``io.ComfyNode`` subclass for ``spec`` (``io`` = ``comfy_api.latest.io``). Cosmetic keywords that
+    this ``io`` does not know are left out and named in ``dropped``."""
 
     def define_schema(cls):
-        return io.Schema(
+        return call_with_supported(
+            io.Schema, dropped=dropped,
             node_id=spec.node_id, display_name=spec.display_name, category=spec.category,
-            description=spec.description, inputs=[_v3_input(io, i) for i in spec.inputs],
-            outputs=[_v3_type(io, o.type).Output(display_name=o.name, tooltip=o.tooltip or None)
-                     for o in spec.outputs],
-            is_output_node=spec.output_node, search_aliases=list(spec.search_aliases),
+            description=spec.description, inputs=[_v3_input(io, i, dropped) for i in spec.inputs],
+            outputs=[_v3_output(io, o, dropped) for o in spec.outputs],
+            is_output_node=spec.output_node,
+            **({"search_aliases": list(spec.search_aliases)} if spec.search_aliases else {}),
         )
 
     def execute(cls, **kwargs):
@@ -201,5 +251,5 @@ def v3_class(spec: NodeSpec, io) -> type:
         "define_schema": classmethod(define_schema),
         "execute": classmethod(execute),
         "SPEC": spec,
-        **({"validate_inputs": classmethod(_with_explicit_params(spec.validate))} if spec.validate else {}),
+        **({"validate_inputs": v3_validator(spec.validate)} if spec.validate else {}),
     })
