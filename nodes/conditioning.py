@@ -4,15 +4,25 @@ from __future__ import annotations
 import torch
 
 from wan_core.sampling import DEFAULT_NEGATIVE_PROMPT
+from wan_core.text.prompt import check_prompt, prompt_problem
 
 from . import host
 from .declare import Input, NodeSpec, Output
 
 
+def validate_prompts(positive: str | None = None, negative: str | None = None) -> bool | str:
+    """Pre-queue check of the typed prompts (an empty positive, invalid Unicode such as a lone surrogate sent
+    through ``/prompt``). A linked input arrives as None and is checked when the node runs."""
+    problems = [p for p in (prompt_problem(positive, "positive") if positive is not None else None,
+                            prompt_problem(negative, "negative", allow_empty=True) if negative is not None else None)
+                if p]
+    return "; ".join(problems) if problems else True
+
+
 def text_encode(text_encoder, positive: str, negative: str = DEFAULT_NEGATIVE_PROMPT):
     """-> ``{"cond": [[L, 4096]], "uncond": [[L, 4096]], ...}`` (float32, on the CPU)."""
-    if not positive.strip():
-        raise ValueError("positive: the prompt is empty; describe the video to generate")
+    check_prompt(positive, "positive")
+    check_prompt(negative, "negative", allow_empty=True)
     with host.on_device(text_encoder), torch.inference_mode():
         cond, uncond = text_encoder.encode([positive, negative])
     return ({"cond": [cond.cpu()], "uncond": [uncond.cpu()], "positive": positive, "negative": negative},)
@@ -30,6 +40,7 @@ TEXT_ENCODE = NodeSpec(
     ),
     outputs=(Output("WANCORE_EMBEDS", "embeds"),),
     fn=text_encode,
+    validate=validate_prompts,
 )
 
 NODES = (TEXT_ENCODE,)

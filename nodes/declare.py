@@ -74,6 +74,30 @@ class NodeSpec:
                             f"{len(self.outputs)} output(s)")
         return out
 
+    def range_problems(self, **values) -> list[str]:
+        """One message per INT/FLOAT value outside its declared ``min``/``max`` (or not a finite number).
+
+        ComfyUI skips its own range check for every input a custom validator takes, so validators call this
+        with the values they receive; the declaration stays the one source of the limits. None (a linked
+        input, whose value is not known before the run) is not checked.
+        """
+        declared = {i.name: i for i in self.inputs}
+        problems = []
+        for name, value in values.items():
+            i = declared[name]
+            if value is None or i.type not in ("INT", "FLOAT"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                    i.type == "INT" and not isinstance(value, int)):
+                problems.append(f"{name}={value!r}: must be {'an integer' if i.type == 'INT' else 'a number'}")
+            elif value != value or value in (float("inf"), float("-inf")):
+                problems.append(f"{name}={value!r}: must be a finite number")
+            elif i.min is not None and value < i.min:
+                problems.append(f"{name}={value}: must be at least {i.min}")
+            elif i.max is not None and value > i.max:
+                problems.append(f"{name}={value}: must be at most {i.max}")
+        return problems
+
     def signature_mismatches(self) -> list[str]:
         """Differences between declared inputs and the function's parameters (tested for every node)."""
         params = inspect.signature(self.fn).parameters

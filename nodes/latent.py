@@ -4,23 +4,42 @@ from __future__ import annotations
 import torch
 
 from wan_core import latent_format
-from wan_core.pipeline import check_video_size
+from wan_core.estimate import SIZE_LIMITS, fit_problem, total_memory
+from wan_core.pipeline import video_size_problems
 
 from . import host
 from .declare import Input, NodeSpec, Output
 
 
-def validate_size(width: int = 832, height: int = 480, frames: int = 81) -> bool | str:
-    """Pre-queue check: a message naming the input and the nearest valid values, or True."""
-    try:
-        check_video_size(int(width), int(height), int(frames))
-    except ValueError as e:
-        return str(e)
-    return True
+def size_problems(width: int | None, height: int | None, frames: int | None, batch_size: int | None = 1) -> list[str]:
+    """Everything wrong with a requested latent, cheapest check first and nothing allocated: the declared
+    ranges, frames 4n+1 and sizes multiple of 16 (with the nearest valid values), then whether the smallest
+    Wan DiT could hold the size in the memory of this machine. None (a linked input) is checked when run."""
+    problems = EMPTY_LATENT.range_problems(width=width, height=height, frames=frames, batch_size=batch_size)
+    if problems:
+        return problems
+    # a linked value is unknown: a valid stand-in lets the others be checked now
+    problems = video_size_problems(16 if width is None else width, 16 if height is None else height,
+                                   1 if frames is None else frames)
+    if problems or None in (width, height, frames, batch_size):
+        return problems
+    ram = total_memory("cpu")
+    compute = max(m for m in (total_memory(host.torch_device()), ram) if m is not None) if ram else None
+    fit = fit_problem(width, height, frames, batch_size, compute_bytes=compute, host_bytes=ram)
+    return [fit] if fit else []
+
+
+def validate_size(width: int | None = 832, height: int | None = 480, frames: int | None = 81,
+                  batch_size: int | None = 1) -> bool | str:
+    """Pre-queue check: one line naming the inputs and the valid values, or True."""
+    problems = size_problems(width, height, frames, batch_size)
+    return "; ".join(problems) if problems else True
 
 
 def empty_latent(width: int, height: int, frames: int, batch_size: int = 1):
-    check_video_size(width, height, frames)
+    problems = size_problems(width, height, frames, batch_size)
+    if problems:
+        raise ValueError("; ".join(problems))
     shape = (batch_size, latent_format.CHANNELS, (frames - 1) // 4 + 1, height // 8, width // 8)
     samples = torch.zeros(shape, device=host.intermediate_device())
     return ({"samples": samples, "downscale_ratio_spacial": 8},)
@@ -31,10 +50,13 @@ EMPTY_LATENT = NodeSpec(
     description="An empty Wan 2.1 video latent [B, 16, 1+(frames-1)/4, H/8, W/8] (raw VAE latents, "
                 "interchangeable with ComfyUI's EmptyHunyuanLatentVideo).",
     inputs=(
-        Input("width", "INT", default=832, min=16, max=8192, step=16, tooltip="multiple of 16"),
-        Input("height", "INT", default=480, min=16, max=8192, step=16, tooltip="multiple of 16"),
-        Input("frames", "INT", default=81, min=1, max=2001, step=4, tooltip="4n+1 (81 = 5 s at 16 fps)"),
-        Input("batch_size", "INT", default=1, min=1, max=64),
+        Input("width", "INT", default=832, min=SIZE_LIMITS["width"][0], max=SIZE_LIMITS["width"][1], step=16,
+              tooltip="multiple of 16"),
+        Input("height", "INT", default=480, min=SIZE_LIMITS["height"][0], max=SIZE_LIMITS["height"][1], step=16,
+              tooltip="multiple of 16"),
+        Input("frames", "INT", default=81, min=SIZE_LIMITS["frames"][0], max=SIZE_LIMITS["frames"][1], step=4,
+              tooltip="4n+1 (81 = 5 s at 16 fps)"),
+        Input("batch_size", "INT", default=1, min=SIZE_LIMITS["batch_size"][0], max=SIZE_LIMITS["batch_size"][1]),
     ),
     outputs=(Output("LATENT", "latent"),),
     fn=empty_latent,

@@ -20,13 +20,24 @@ def _decode_progress(total_hint: int = 1):
     return progress, bar
 
 
+def validate_tiles(tile_size: int | None = 256, overlap: int | None = 64) -> bool | str:
+    """Pre-queue check of the decode tiles: the declared ranges (ComfyUI skips its own for inputs a validator
+    takes), multiples of 8 pixels, overlap < tile_size. None (a linked input) is checked when the node runs."""
+    problems = DECODE.range_problems(tile_size=tile_size, overlap=overlap)
+    if not problems and tile_size is not None and overlap is not None and (
+            tile_size % 8 or overlap % 8 or overlap >= tile_size):
+        problems.append(f"tile_size={tile_size}, overlap={overlap}: both must be multiples of 8 pixels and "
+                        f"overlap < tile_size")
+    return "; ".join(problems) if problems else True
+
+
 def decode(vae, samples: dict, tiling: str = "auto", tile_size: int = 256, overlap: int = 64):
     z = samples["samples"]
     if z.dim() != 5:
         raise ValueError(f"samples: expected a video latent [B, 16, T, H, W], got shape {list(z.shape)}")
-    if tile_size % 8 or overlap % 8 or overlap >= tile_size:
-        raise ValueError(f"tile_size={tile_size}, overlap={overlap}: both must be multiples of 8 pixels and "
-                         f"overlap < tile_size")
+    tiles = validate_tiles(tile_size, overlap)
+    if tiles is not True:
+        raise ValueError(tiles)
     progress, bar = _decode_progress()
     with host.on_device(vae) as v, torch.inference_mode(), bar:
         video = v.decode(z.to(v.device, v.dtype), tiling=tiling, tile=tile_size // 8, overlap=overlap // 8,
@@ -62,6 +73,7 @@ DECODE = NodeSpec(
     ),
     outputs=(Output("IMAGE", "images"),),
     fn=decode,
+    validate=validate_tiles,
 )
 
 ENCODE = NodeSpec(

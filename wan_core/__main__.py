@@ -1,22 +1,36 @@
 """Command line: ``python -m wan_core generate --prompt "..." --out video.mp4``.
 
 Models come from explicit paths (``--dit/--vae/--text-encoder``) or a ComfyUI-style models folder
-(``--models-dir`` or ``WANCORE_MODELS_DIR``: ``diffusion_models/``, ``vae/``, ``text_encoders/``);
-``--preset tiny-random`` runs the whole chain on random weights in seconds (the output is noise).
+(``--models-dir`` or ``WANCORE_MODELS_DIR``: ``diffusion_models/``, ``vae/``, ``text_encoders/``), where each part
+is recognised by what the file is (its header), not by its name; ``--preset tiny-random`` runs the whole chain
+on random weights in seconds (the output is noise).
+
+Every flag is checked before a model is loaded, and every error the user can fix is one line on stderr with
+exit code 2 (130 when interrupted); ``--debug`` shows the traceback instead. torch and the models are
+imported inside the command, so ``--help`` answers at once.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
 from pathlib import Path
 
-import torch
+from .estimate import SIZE_LIMITS
+from .video_io import OUTPUT_FORMATS, OUTPUT_KINDS
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = ("bf16", "fp16", "fp32")  # torch dtypes by name; resolved in the command (torch loads lazily)
+SOLVERS = ("unipc", "dpm++", "euler")  # wan_core.sampling.SOLVER_NAMES (a test keeps them equal)
 TINY_DEFAULTS = {"width": 64, "height": 64, "frames": 9, "steps": 4}
 FULL_DEFAULTS = {"width": 832, "height": 480, "frames": 81, "steps": 50}
+# Accepted ranges (inclusive) besides the sizes (wan_core.estimate.SIZE_LIMITS): seeds as ComfyUI's seed widgets
+# and make_noise, steps as the sampler node, fps as ComfyUI's Create Video node.
+INT_RANGES = {"seed": (0, 2**64 - 1), "steps": (1, 1000), "fps": (1, 120), "skiparse_k": (1, 64),
+              **{k: SIZE_LIMITS[k] for k in ("width", "height", "frames")}}
+EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 2, 1, 130
+PART_LABELS = {"dit": "DiT", "vae": "VAE", "text_encoder": "text encoder"}
 
 
 class UsageError(Exception):
@@ -28,21 +42,36 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from .sampling import SOLVER_NAMES
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows "(default: x)" for flags that have a real default (not None, False or a suppressed one)."""
 
-    p = _Parser(prog="python -m wan_core", description="WanCore: Wan 2.1 text-to-video.")
+    def _get_help_string(self, action):
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (no torch import: ``--help`` must answer at once)."""
+    p = _Parser(prog="python -m wan_core", description="WanCore: Wan 2.1 text-to-video.",
+                formatter_class=_HelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
-    g = sub.add_parser("generate", help="generate a video from a prompt")
+    g = sub.add_parser("generate", help="generate a video from a prompt", formatter_class=_HelpFormatter)
+    g.set_defaults(func=cmd_generate)
+    g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks instead of one-line errors")
     g.add_argument("--prompt", required=True, help="what to generate")
-    g.add_argument("--negative-prompt", default=None, help="default: Wan's official negative prompt")
-    g.add_argument("--out", required=True, help="output: .mp4/.mkv/.webm, .webp/.gif, or a folder for PNGs")
+    g.add_argument("--negative-prompt", default=None, help="what to avoid (default: Wan's official negative prompt)")
+    g.add_argument("--out", required=True,
+                   help=f"output: {OUTPUT_KINDS}; a folder must be new, empty or hold earlier frames")
     models = g.add_argument_group("models")
     models.add_argument("--preset", choices=["tiny-random"], default=None,
                         help="tiny-random: random weights, runs in seconds, output is noise")
     models.add_argument("--models-dir", default=os.environ.get("WANCORE_MODELS_DIR"),
-                        help="ComfyUI-style models folder (diffusion_models/, vae/, text_encoders/)")
-    models.add_argument("--dit", help="Wan 2.1 T2V DiT file or diffusers folder")
+                        help="ComfyUI-style models folder (diffusion_models/, vae/, text_encoders/); each part is "
+                             "recognised by its header, and several candidates must be chosen between explicitly")
+    models.add_argument("--dit", help="Wan 2.1 T2V DiT file or diffusers folder (wins over --models-dir)")
     models.add_argument("--vae", help="Wan 2.1 VAE file (Wan2.1_VAE.pth, wan_2.1_vae.safetensors)")
     models.add_argument("--text-encoder", help="umT5-XXL file (official .pth or ComfyUI umt5_xxl_*.safetensors)")
     models.add_argument("--tokenizer", help="folder with spiece.model or tokenizer.json (if not embedded)")
@@ -54,30 +83,66 @@ def build_parser() -> argparse.ArgumentParser:
                       help="sage: SageAttention on CUDA (falls back with a warning); int8: the Sage algorithm in torch")
     fast.add_argument("--skiparse", choices=["none", "osp13", "suv"], default="none",
                       help="training-free sparse self-attention (approximates the dense model)")
-    fast.add_argument("--skiparse-k", type=int, default=4, help="sparse ratio of osp13 (default 4)")
+    fast.add_argument("--skiparse-k", type=int, default=4, help="sparse ratio of osp13")
     fast.add_argument("--weights", choices=["fp8_e4m3fn", "fp8_scaled"], default=None,
                       help="keep/quantise the block linears in fp8 (half the memory of bf16)")
     fast.add_argument("--gemm", choices=["upcast", "scaled_mm"], default="upcast",
                       help="with fp8 weights: dequantise per layer, or FP8 GEMM (SM89+ GPUs)")
-    s = g.add_argument_group("sampling (official Wan 2.1 defaults)")
-    s.add_argument("--width", type=int, default=None, help="multiple of 16 (default 832)")
-    s.add_argument("--height", type=int, default=None, help="multiple of 16 (default 480)")
-    s.add_argument("--frames", type=int, default=None, help="4n+1 (default 81)")
-    s.add_argument("--steps", type=int, default=None, help="default 50")
-    s.add_argument("--guidance", type=float, default=5.0)
-    s.add_argument("--shift", type=float, default=5.0, help="1.3B users often use 8-12")
-    s.add_argument("--solver", choices=list(SOLVER_NAMES), default="unipc")
+    s = g.add_argument_group("sampling (official Wan 2.1 defaults; tiny-random: 64x64, 9 frames, 4 steps)")
+    s.add_argument("--width", type=int, default=None, help="multiple of 16, up to 8192 (default 832)")
+    s.add_argument("--height", type=int, default=None, help="multiple of 16, up to 8192 (default 480)")
+    s.add_argument("--frames", type=int, default=None, help="4n+1, up to 2001 (default 81)")
+    s.add_argument("--steps", type=int, default=None, help="1 to 1000 (default 50)")
+    s.add_argument("--guidance", type=float, default=5.0, help="classifier-free guidance; 1 = no negative pass")
+    s.add_argument("--shift", type=float, default=5.0, help="time shift; 1.3B users often use 8-12")
+    s.add_argument("--solver", choices=list(SOLVERS), default="unipc", help="flow-matching solver")
     s.add_argument("--convention", choices=["official", "comfyui", "dpm"], default="official",
                    help="timestep convention: official (integer) or comfyui (float)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="0 to 2^64-1 (as ComfyUI)")
     s.add_argument("--cfg-batched", action="store_true", help="cond+uncond as one batch (faster, more memory)")
     o = g.add_argument_group("output")
-    o.add_argument("--fps", type=int, default=16)
+    o.add_argument("--fps", type=int, default=16, help="frames per second, 1 to 120")
     o.add_argument("--tiling", choices=["auto", "on", "off"], default="auto", help="VAE decode tiling")
     return p
 
 
-def _device(name: str) -> torch.device:
+# ---------------------------------------------------------------- checks before anything is loaded
+
+def check_args(args) -> list[str]:
+    """Every problem with the parsed ``generate`` flags that can be seen without loading a model, each as
+    ``name=value: what is expected`` (the pipeline's wording)."""
+    from .text.prompt import prompt_problem
+    from .video_io import output_problem
+
+    problems = []
+    for name, (lo, hi) in INT_RANGES.items():
+        value = getattr(args, name)
+        if value is not None and not lo <= value <= hi:
+            problems.append(f"{name}={value}: must be an integer from {lo} to {hi}")
+    for name in ("guidance", "shift"):
+        if not math.isfinite(getattr(args, name)):
+            problems.append(f"{name}={getattr(args, name)}: must be a finite number")
+    for problem in (prompt_problem(args.prompt, "--prompt"),
+                    None if args.negative_prompt is None else
+                    prompt_problem(args.negative_prompt, "--negative-prompt", allow_empty=True)):
+        if problem:
+            problems.append(problem)
+    out = output_problem(args.out)
+    if out:
+        problems.append(f"--out {args.out!r}: {out}" if not str(args.out).strip() else f"--out {out}")
+    if args.gemm == "scaled_mm" and not args.weights:
+        problems.append("--gemm scaled_mm needs fp8 weights: add --weights fp8_scaled (or fp8_e4m3fn)")
+    if args.preset is None:
+        for flag in ("dit", "vae", "text_encoder", "tokenizer"):
+            value = getattr(args, flag)
+            if value and not Path(value).expanduser().exists():
+                problems.append(f"--{flag.replace('_', '-')} {value}: no such file or folder")
+    return problems
+
+
+def _device(name: str):
+    import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -89,29 +154,62 @@ def _device(name: str) -> torch.device:
     return dev
 
 
-def _find_model(models_dir: Path, folders: tuple[str, ...], must: tuple[str, ...], what: str) -> Path:
-    candidates = []
-    for folder in folders:
-        root = models_dir / folder
-        if root.is_dir():
-            candidates += [p for p in sorted(root.rglob("*"))
-                           if p.suffix in (".safetensors", ".pth", ".pt", ".sft")
-                           and all(m in p.name.lower() for m in must)]
-    if not candidates:
-        raise UsageError(f"no {what} found in {models_dir} ({', '.join(folders)}); pass its path explicitly")
-    return candidates[0]
+def resolve_models(args) -> dict:
+    """``{"dit": ModelFile, "vae": ..., "text_encoder": ...}``: explicit paths win, the rest is found in
+    ``--models-dir`` by header. Reads headers only; raises UsageError (one line) for a wrong or ambiguous file."""
+    from .model_files import PARTS, find_model, identify
+
+    found = {}
+    for part in PARTS:
+        explicit = getattr(args, part)
+        flag = "--" + part.replace("_", "-")
+        if explicit:
+            f = identify(explicit, part)
+            if not f.ok:
+                raise UsageError(f"{flag} {explicit}: {f.problem}")
+        elif args.models_dir:
+            try:
+                f = find_model(args.models_dir, part)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+        else:
+            continue
+        found[part] = f
+    missing = ["--" + p.replace("_", "-") for p in PARTS if p not in found]
+    if missing:
+        raise UsageError(f"missing {', '.join(missing)} (or --models-dir, or --preset tiny-random)")
+    return found
 
 
-def _tqdm_progress(desc: str):
-    """A ``(done, total)`` loading callback drawing a tqdm bar (closed when done == total)."""
+def check_memory(args, device, dit_size: str | None) -> None:
+    """Refuse, before loading, a size that cannot fit in the device's memory (``wan_core.estimate``)."""
+    from .estimate import fit_problem, total_memory
+
+    ram = total_memory("cpu")
+    compute = total_memory(device) if device.type != "cpu" else ram
+    dtype = "fp8" if args.weights else ("fp32" if device.type == "cpu" else "bf16")
+    problem = fit_problem(args.width, args.height, args.frames, compute_bytes=compute, host_bytes=ram,
+                          model=dit_size, dtype=dtype)
+    if problem:
+        raise UsageError(problem)
+
+
+# ---------------------------------------------------------------- running
+
+def _tqdm_progress(desc: str, unit: str = "tensor", leave: bool = False):
+    """A ``(done, total)`` callback drawing a tqdm bar, created with its total on the first call (so it shows
+    from the start) and closed when done == total; a restart with another total (tiled decode after an
+    out-of-memory error) resets it."""
     from tqdm.auto import tqdm
 
     bar = None
 
     def callback(done: int, total: int) -> None:
         nonlocal bar
-        if bar is None:
-            bar = tqdm(total=total, desc=desc, unit="tensor", leave=False)
+        if bar is None or bar.total != total:
+            if bar is not None:
+                bar.close()
+            bar = tqdm(total=total, desc=desc, unit=unit, leave=leave)
         bar.update(done - bar.n)
         if done >= total:
             bar.close()
@@ -125,8 +223,10 @@ def _accel(args) -> dict:
             "weights": args.weights, "gemm": args.gemm}
 
 
-def load_models(args, device: torch.device):
-    """(dit, vae, text_encoder) for the parsed arguments."""
+def load_models(args, device, files: dict | None = None):
+    """(dit, vae, text_encoder) for the parsed arguments; ``files`` from ``resolve_models`` (None: resolve)."""
+    import torch
+
     from . import load_dit, load_text_encoder, load_vae
     from .demo import tiny_random_models
 
@@ -135,36 +235,47 @@ def load_models(args, device: torch.device):
         if args.attention != "sdpa" or args.skiparse != "none" or args.weights:
             dit = load_dit(dit.state_dict(), config=dit.config, device=device, **_accel(args))
         return dit, vae, te
-    paths = {"dit": args.dit, "vae": args.vae, "text_encoder": args.text_encoder}
-    if args.models_dir:
-        md = Path(args.models_dir).expanduser()
-        paths["dit"] = paths["dit"] or _find_model(md, ("diffusion_models", "unet"), ("t2v",), "Wan T2V DiT")
-        paths["vae"] = paths["vae"] or _find_model(md, ("vae",), ("wan",), "Wan VAE")
-        paths["text_encoder"] = paths["text_encoder"] or _find_model(md, ("text_encoders", "clip"), ("umt5",),
-                                                                     "umT5 text encoder")
-    missing = [f"--{k.replace('_', '-')}" for k, v in paths.items() if not v]
-    if missing:
-        raise UsageError(f"missing {', '.join(missing)} (or --models-dir, or --preset tiny-random)")
-    dtype = DTYPES.get(args.dtype) if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else None)
+    files = files or resolve_models(args)
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    dtype = dtypes.get(args.dtype) if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else None)
     te_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    dit = load_dit(paths["dit"], dtype=dtype, device=device, progress=_tqdm_progress("loading DiT"),
+    dit = load_dit(files["dit"].path, dtype=dtype, device=device, progress=_tqdm_progress("loading DiT"),
                    **_accel(args))
-    vae = load_vae(paths["vae"], dtype=torch.float32 if device.type == "cpu" else torch.bfloat16, device=device)
-    te = load_text_encoder(paths["text_encoder"], tokenizer=args.tokenizer, dtype=te_dtype, device=device,
+    vae = load_vae(files["vae"].path, dtype=torch.float32 if device.type == "cpu" else torch.bfloat16, device=device)
+    te = load_text_encoder(files["text_encoder"].path, tokenizer=args.tokenizer, dtype=te_dtype, device=device,
                            progress=_tqdm_progress("loading text encoder"))
     return dit, vae, te
 
 
+def output_metadata(args, cfg, files: dict | None) -> dict:
+    """The prompt, seed and settings stored in the output file (``wan_core.video_io.read_metadata``)."""
+    from . import __version__
+
+    meta = {"prompt": args.prompt, "negative_prompt": cfg.negative_prompt, "seed": args.seed, "steps": args.steps,
+            "guidance": args.guidance, "shift": args.shift, "solver": args.solver, "convention": args.convention,
+            "width": args.width, "height": args.height, "frames": args.frames, "fps": args.fps,
+            "attention": args.attention, "skiparse": args.skiparse, "weights": args.weights,
+            "models": ({part: f.path.name for part, f in files.items()} if files else args.preset),
+            "generator": f"ComfyUI-WanCore {__version__} (python -m wan_core)"}
+    return meta
+
+
 def cmd_generate(args) -> int:
-    from tqdm.auto import tqdm
-
-    from .pipeline import GenerationConfig, WanPipeline
-    from .video_io import write_video
-
     defaults = TINY_DEFAULTS if args.preset == "tiny-random" else FULL_DEFAULTS
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    problems = check_args(args)
+    if problems:
+        raise UsageError("; ".join(problems))
+
+    import torch
+    from tqdm.auto import tqdm
+
+    from .pipeline import GenerationConfig, WanPipeline
+    from .sampling import DEFAULT_NEGATIVE_PROMPT
+    from .video_io import write_video
+
     cfg = GenerationConfig(
         prompt=args.prompt, negative_prompt=args.negative_prompt, width=args.width, height=args.height,
         frames=args.frames, steps=args.steps, guidance=args.guidance, shift=args.shift, solver=args.solver,
@@ -174,14 +285,16 @@ def cmd_generate(args) -> int:
         cfg.validate()
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if args.gemm == "scaled_mm" and not args.weights:
-        raise UsageError("--gemm scaled_mm needs fp8 weights: add --weights fp8_scaled (or fp8_e4m3fn)")
-    out = Path(args.out)
-    if out.suffix.lower() not in (".mp4", ".mkv", ".mov", ".webm", ".webp", ".gif", ""):
-        raise UsageError(f"--out {out}: unknown extension; use .mp4/.mkv/.webm, .webp/.gif, or a folder")
     device = _device(args.device)
+    files = None
+    if args.preset != "tiny-random":
+        files = resolve_models(args)
+        for part, f in files.items():
+            print(f"wan_core: {PART_LABELS[part]}: {f.path} ({f.what})", file=sys.stderr)
+    check_memory(args, device, files["dit"].size if files else None)
+
     t0 = time.perf_counter()
-    dit, vae, te = load_models(args, device)
+    dit, vae, te = load_models(args, device, files)
     if args.preset == "tiny-random":
         print("wan_core: preset tiny-random uses RANDOM weights: the output is noise (it exercises the chain).",
               file=sys.stderr)
@@ -190,31 +303,67 @@ def cmd_generate(args) -> int:
         cond, uncond = pipe.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=cfg.guidance != 1.0)
         with tqdm(total=cfg.steps, desc="sampling", unit="step") as bar:
             latents = pipe.sample_latents(cond, uncond, cfg, callback=lambda i, n, x, x0: bar.update(1))
-        with tqdm(desc="decoding", unit="chunk") as bar:
-            def decode_progress(done: int, total: int) -> None:
-                bar.total = total
-                bar.update(done - bar.n)
-            video = pipe.decode(latents, tiling=args.tiling, progress=decode_progress)
-    written = write_video(video[0], out, fps=args.fps)
-    print(f"wan_core: wrote {written} ({cfg.frames} frames, {cfg.width}x{cfg.height}, "
-          f"{time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+        video = pipe.decode(latents, tiling=args.tiling, progress=_tqdm_progress("decoding", "chunk", leave=True))
+    meta = output_metadata(args, cfg.replace(negative_prompt=cfg.negative_prompt or DEFAULT_NEGATIVE_PROMPT), files)
+    written = write_video(video[0], args.out, fps=args.fps, metadata=meta)
+    print(f"wrote {written} ({cfg.frames} frames, {cfg.width}x{cfg.height}, {args.fps} fps) in "
+          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0
+
+
+# ---------------------------------------------------------------- errors
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _is_interrupt(e: BaseException) -> bool:
+    # KeyboardInterrupt, or the project's interrupt exceptions (sampling, VAE, text encoding): "...Interrupted"
+    return isinstance(e, KeyboardInterrupt) or (type(e).__module__.startswith("wan_core")
+                                                and "Interrupt" in type(e).__name__)
+
+
+def _is_out_of_memory(e: BaseException) -> bool:
+    text = str(e).lower()
+    return (isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError"
+            or (isinstance(e, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)))
+
+
+def describe_error(e: BaseException) -> tuple[str, int]:
+    """(one line for stderr, exit code) for an exception that escaped a command."""
+    if isinstance(e, UsageError):
+        return f"error: {e}", EXIT_USAGE
+    if _is_interrupt(e):
+        return "interrupted", EXIT_INTERRUPTED
+    if _is_out_of_memory(e):
+        return (f"error: out of memory ({_first_line(e)[:200]}); try a smaller size or fewer frames, "
+                f"--weights fp8_scaled, --tiling on, or another --device"), EXIT_USAGE
+    if isinstance(e, (ValueError, OSError)):  # CheckpointError, TokenizerError, NonFiniteError are ValueErrors
+        return f"error: {_first_line(e)}", EXIT_USAGE
+    if isinstance(e, ImportError):
+        return f"error: {_first_line(e)} (a missing optional package; see README: install)", EXIT_USAGE
+    return (f"error: internal error {type(e).__name__}: {_first_line(e)} (run with --debug for the traceback and "
+            f"please report it)"), EXIT_INTERNAL
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    args = None
     try:
         args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help()
-            return 2
-        return cmd_generate(args)
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+            return EXIT_USAGE
+        return args.func(args)
+    except BaseException as e:  # noqa: BLE001 - every error becomes one line; --debug shows the traceback
+        if isinstance(e, SystemExit):  # --help
+            raise
+        if args is not None and getattr(args, "debug", False):
+            raise
+        line, code = describe_error(e)
+        print(line, file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

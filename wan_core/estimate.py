@@ -22,6 +22,7 @@ k^2). Conventions (also in ``estimate``'s docstring):
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 # Released Wan 2.1 T2V DiT sizes (docs/wan_spec.md section 1.1; docs/comfyui.md section 7.2).
@@ -34,6 +35,10 @@ FIXED = {"in_dim": 16, "out_dim": 16, "text_dim": 4096, "freq_dim": 256, "text_l
 DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}  # bytes per stored weight
 SKIPARSE = ("none", "osp13", "suv", "custom")
 SUV_PROFILE = (1, 2, 4, 8, 4, 2, 1)  # Open-Sora Plan v1.5 per-stage ratios (as wan_core.attention.skiparse)
+# Accepted generation sizes (inclusive): the empty-latent node declares these as its inputs' min/max and the
+# command line checks the same table, so a node and the CLI refuse the same values.
+SIZE_LIMITS: dict[str, tuple[int, int]] = {"width": (16, 8192), "height": (16, 8192), "frames": (1, 2001),
+                                           "batch_size": (1, 64)}
 
 
 # ---------------------------------------------------------------- validity
@@ -197,6 +202,81 @@ def estimate(width: int = 832, height: int = 480, frames: int = 81, batch_size: 
         "activation_bytes": activation,
         "peak_bytes": weights + activation,
     }
+
+
+# ---------------------------------------------------------------- will it fit?
+
+def memory_needs(width: int, height: int, frames: int, batch_size: int = 1, model: str | None = "1.3B",
+                 dtype: str = "bf16", guidance: float = 5.0) -> dict[str, int]:
+    """Bytes a generation cannot do without, as ints: ``latent`` (the float32 latent), ``video`` (the decoded
+    float32 frames, as the pipeline and ComfyUI's IMAGE hold them), ``activations`` and ``weights`` of ``model``'s
+    DiT (0 when ``model`` is None, e.g. a test-size model). Lower bounds: caches, the VAE and the text
+    encoder come on top."""
+    t_lat = (frames - 1) // FIXED["vae_time"] + 1
+    latent = 4 * batch_size * FIXED["latent_channels"] * t_lat * (height // FIXED["vae_space"]) * (
+        width // FIXED["vae_space"])
+    video = 4 * batch_size * 3 * frames * height * width
+    if model is None:
+        return {"latent": latent, "video": video, "activations": 0, "weights": 0}
+    e = estimate(width, height, frames, batch_size, model=model, dtype=dtype, guidance=guidance)
+    return {"latent": latent, "video": video, "activations": e["activation_bytes"], "weights": e["weight_bytes"]}
+
+
+def fit_problem(width: int, height: int, frames: int, batch_size: int = 1, *, compute_bytes: int | None,
+                host_bytes: int | None, model: str | None = "1.3B", dtype: str = "bf16") -> str | None:
+    """One line when a size cannot fit in memory however it is run, else None; pure arithmetic, no allocation.
+
+    ``compute_bytes``: the memory of the largest device the DiT could run on; ``host_bytes``: the RAM that holds
+    latents and decoded frames (None = unknown, not checked). The DiT's activations and weights must fit the
+    former, the latent and the decoded video the latter. Call it before allocating anything for the size.
+    """
+    need = memory_needs(width, height, frames, batch_size, model=model, dtype=dtype)
+    size = f"{width}x{height}, {frames} frames" + (f", batch {batch_size}" if batch_size != 1 else "")
+    hint = "lower the resolution, the frame count or the batch size"
+    dit = need["activations"] + need["weights"]
+    if compute_bytes is not None and dit > compute_bytes:
+        return (f"{size}: the {model} DiT needs at least {format_size(dit)} (weights and activations of one "
+                f"forward) but the largest device here has {format_size(compute_bytes)}; {hint}")
+    if host_bytes is not None:
+        for what in ("latent", "video"):
+            if need[what] > host_bytes:
+                name = "the latent alone needs" if what == "latent" else "the decoded frames (float32) alone need"
+                return (f"{size}: {name} {format_size(need[what])} but this machine has "
+                        f"{format_size(host_bytes)} of RAM; {hint}")
+    return None
+
+
+def format_size(n: float) -> str:
+    """Bytes with binary units up to PiB (``format_bytes`` stops at GiB, as the canvas does)."""
+    for unit, scale in (("PiB", 1024 ** 5), ("TiB", 1024 ** 4)):
+        if n >= scale:
+            return f"{_sig3(n / scale)} {unit}"
+    return format_bytes(n)
+
+
+def total_memory(device=None) -> int | None:
+    """Total memory in bytes of a torch ``device`` (None or "cpu": the physical RAM; CUDA/XPU: the device's
+    own; other accelerators with unified memory: the RAM); None when it cannot be told. Imports torch only for
+    accelerator devices, so the rest of this module stays torch-free."""
+    kind = getattr(device, "type", None) or str(device or "cpu").split(":")[0]
+    if kind in ("cuda", "xpu"):
+        import torch
+
+        backend = getattr(torch, kind)
+        try:
+            return int(backend.get_device_properties(device).total_memory)
+        except Exception:  # noqa: BLE001 - an odd device: no check rather than a crash
+            return None
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except ImportError:
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def model_size_from_name(file_name: str) -> str:

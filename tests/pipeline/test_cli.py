@@ -93,4 +93,4 @@ def test_generate_from_a_models_folder(tmp_path):
     assert res.returncode == 0, res.stderr
     assert out.exists() and "wrote" in res.stderr
     res = run_cli("generate", "--models-dir", str(tmp_path / "empty"), "--prompt", "x", "--out", str(out))
-    assert res.returncode == 2 and "no Wan T2V DiT found" in res.stderr
+    assert res.returncode == 2 and "empty: no such folder" in res.stderr

@@ -1,0 +1,100 @@
+"""CLI polish: a fast ``--help`` with defaults, one list of output formats, the final "wrote ..." line, a decode
+bar with its total, and the prompt, seed and settings stored in every kind of output file."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from wan_core import __main__ as cli
+from wan_core.video_io import OUTPUT_FORMATS, read_metadata, write_video
+
+
+def test_help_is_fast_and_does_not_import_torch():
+    code = ("import sys, time; t = time.perf_counter(); from wan_core.__main__ import build_parser; "
+            "h = build_parser()._subparsers._group_actions[0].choices['generate'].format_help(); "
+            "print('torch' in sys.modules, time.perf_counter() - t)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    imported, seconds = res.stdout.split()
+    assert imported == "False", "building the parser imported torch"
+    assert float(seconds) < 1.0
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "wan_core", "generate", "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and time.perf_counter() - t0 < 3.0  # loose: the interpreter starts too
+    text = " ".join(res.stdout.split())  # argparse wraps lines
+    assert "(default: 5.0)" in text and "(default: unipc)" in text and "(default: 16)" in text
+
+
+def test_one_list_of_output_formats_and_solvers():
+    from wan_core.sampling import SOLVER_NAMES
+
+    help_text = " ".join(cli.build_parser()._subparsers._group_actions[0].choices["generate"].format_help().split())
+    assert all(ext in help_text for ext in OUTPUT_FORMATS)
+    assert cli.SOLVERS == tuple(SOLVER_NAMES)
+
+
+def _video(frames: int = 3, h: int = 32, w: int = 48) -> torch.Tensor:
+    return torch.rand(3, frames, h, w, generator=torch.Generator().manual_seed(0)) * 2 - 1
+
+
+META = {"prompt": "a fox in the snow, café", "seed": 18446744073709551615, "steps": 4, "guidance": 5.0}
+
+
+@pytest.mark.parametrize("ext", OUTPUT_FORMATS)
+def test_metadata_round_trips_in_every_format(tmp_path, ext):
+    if ext in (".mp4", ".mkv", ".mov", ".webm"):
+        pytest.importorskip("av")
+    path = write_video(_video(), tmp_path / f"x{ext}", fps=8, metadata=META)
+    assert read_metadata(path) == META
+
+
+def test_frames_folder_carries_metadata_in_each_png_and_replaces_earlier_frames(tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "frames"
+    write_video(_video(5), out, metadata={"prompt": "first"})
+    write_video(_video(3), out, metadata=META)
+    pngs = sorted(out.glob("*.png"))
+    assert [p.name for p in pngs] == ["frame_00000.png", "frame_00001.png", "frame_00002.png"]
+    for p in pngs:
+        with Image.open(p) as im:
+            assert read_metadata(p) == META and im.text["Software"] == "ComfyUI-WanCore"
+    assert read_metadata(out) == META
+
+
+@pytest.mark.parametrize("fps", [0, -1, 2.5])
+def test_write_video_refuses_a_bad_fps_before_writing(tmp_path, fps):
+    with pytest.raises(ValueError, match="fps="):
+        write_video(_video(), tmp_path / "x.gif", fps=fps)
+    assert not (tmp_path / "x.gif").exists()
+
+
+def test_fast_gif_keeps_a_duration_gif_can_store(tmp_path):
+    from PIL import Image
+
+    write_video(_video(), tmp_path / "x.gif", fps=120)
+    with Image.open(tmp_path / "x.gif") as im:
+        assert im.info["duration"] >= 10
+
+
+def test_generate_final_line_decode_total_and_metadata(tmp_path, capsys):
+    av = pytest.importorskip("av")
+    out = tmp_path / "x.mp4"
+    code = cli.main(["generate", "--preset", "tiny-random", "--prompt", "a fox é", "--seed", "7", "--out", str(out),
+                     "--frames", "5", "--width", "32", "--height", "32", "--steps", "1", "--guidance", "1"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    lines = [line for line in re.split(r"[\r\n]+", err) if line.strip()]
+    assert re.fullmatch(rf"wrote {re.escape(str(out))} \(5 frames, 32x32, 16 fps\) in \d+\.\d s", lines[-1]), lines[-1]
+    # the decode bar knew its total when it first drew (not "decoding: 0chunk [...]")
+    assert re.search(r"decoding: +0%\|[^|]*\| 0/[1-9]\d*", err), err
+    meta = read_metadata(out)
+    assert meta["prompt"] == "a fox é" and meta["seed"] == 7 and meta["steps"] == 1 and meta["fps"] == 16
+    assert meta["width"] == 32 and meta["models"] == "tiny-random"
+    with av.open(str(out)) as container:
+        assert len(list(container.decode(video=0))) == 5

@@ -1,0 +1,141 @@
+"""What a model file is, from its header alone, and which file of a ComfyUI-style models folder to use.
+
+A models folder often holds several candidates for one part (a 1.3B and a 14B DiT, ``wan2.2_vae`` beside
+``wan_2.1_vae``, an image-to-video DiT next to the text-to-video one). File names do not say reliably which is
+which, so ``identify`` looks at the tensor names and shapes (safetensors headers; ``.pth`` files are memory-mapped,
+not read) with the loaders' own detection, and ``find_model`` picks the one file that fits or refuses with the
+list of candidates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checkpoint import PICKLE_EXTS, SAFETENSORS_EXTS, CheckpointError, is_quant_aux_key, open_checkpoint
+
+PARTS = ("dit", "vae", "text_encoder")
+PART_NAMES = {"dit": "Wan 2.1 T2V DiT", "vae": "Wan 2.1 VAE", "text_encoder": "umT5 text encoder"}
+# ComfyUI's folder for each part, then its legacy name (folder_paths: "unet" and "clip" are older names)
+FOLDERS = {"dit": ("diffusion_models", "unet"), "vae": ("vae",), "text_encoder": ("text_encoders", "clip")}
+WEIGHT_EXTS = SAFETENSORS_EXTS + PICKLE_EXTS
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """``path`` is a usable ``part`` when ``problem`` is None; ``what`` describes it either way
+    (``"Wan 2.1 T2V DiT 1.3B"``, or what the file looks like instead)."""
+
+    path: Path
+    part: str
+    what: str
+    problem: str | None = None
+    size: str | None = None  # DiT only: "1.3B" | "14B" (wan_core.estimate.MODELS) or None for other widths
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def identify(path: str | Path, part: str) -> ModelFile:
+    """Whether ``path`` (file or diffusers/transformers folder) is a usable ``part`` ("dit" | "vae" |
+    "text_encoder"), reading headers only. Never raises for a bad file: the reason is in ``problem``."""
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
+    path = Path(path).expanduser()
+    try:
+        return {"dit": _identify_dit, "vae": _identify_vae, "text_encoder": _identify_text_encoder}[part](path)
+    except (CheckpointError, KeyError, ValueError, OSError) as e:
+        message = str(e.args[0] if isinstance(e, KeyError) and e.args else e).split("\n")[0]
+        message = message.removeprefix(f"{path}: ")  # the caller names the file
+        return ModelFile(path, part, "unreadable or not this model", problem=message)
+
+
+def _identify_dit(path: Path) -> ModelFile:
+    from .config import detect_dit_config
+    from .dit.loader import official_state_dict
+    from .estimate import MODELS
+
+    sd = official_state_dict(path)
+    cfg = detect_dit_config({k: sd.shape(k) for k in sd if not is_quant_aux_key(k)})
+    size = next((name for name, m in MODELS.items() if m["dim"] == cfg.dim and m["num_layers"] == cfg.num_layers),
+                None)
+    what = f"Wan DiT {size or f'dim {cfg.dim}, {cfg.num_layers} blocks'}"
+    if cfg.in_dim != 16 or cfg.out_dim != 16:
+        kind = "image-to-video" if cfg.in_dim == 36 else f"{cfg.in_dim}-channel"
+        return ModelFile(path, "dit", what, problem=f"a {kind} DiT, not Wan 2.1 text-to-video (16 channels)")
+    if any(k.startswith("img_emb.") for k in sd):
+        return ModelFile(path, "dit", what, problem="an image-to-video DiT (it has an image embedding)")
+    return ModelFile(path, "dit", f"Wan 2.1 T2V DiT {size or f'dim {cfg.dim}'}", size=size)
+
+
+def _identify_vae(path: Path) -> ModelFile:
+    from .checkpoint import describe_keys, strip_prefix
+    from .vae.config import detect_vae_config
+    from .vae.keys import DIFFUSERS, PREFIXES, detect_key_format, to_official
+
+    sd = strip_prefix(open_checkpoint(path, subfolder="vae"), PREFIXES)
+    fmt = detect_key_format(sd)
+    if fmt is None:
+        return ModelFile(path, "vae", describe_keys(sd), problem=f"not a Wan 2.1 VAE: it looks like {describe_keys(sd)}")
+    if fmt == DIFFUSERS:
+        sd = to_official(sd)
+    cfg = detect_vae_config({k: tuple(sd.shape(k)) for k in sd if not is_quant_aux_key(k)}, str(path))
+    return ModelFile(path, "vae", f"Wan 2.1 VAE ({cfg.z_dim} latent channels)")
+
+
+def _identify_text_encoder(path: Path) -> ModelFile:
+    from .checkpoint import describe_keys, strip_prefix
+    from .text.keys import COMFY_PREFIXES, detect_naming, find_spiece_key
+
+    if path.is_dir() and not (path / "config.json").exists() and (path / "text_encoder").is_dir():
+        path = path / "text_encoder"
+    sd = open_checkpoint(path)
+    body = strip_prefix(sd, COMFY_PREFIXES)
+    naming = detect_naming(k for k in body if not k.endswith("spiece_model"))
+    if naming is None:
+        return ModelFile(path, "text_encoder", describe_keys(sd),
+                         problem=f"not a umT5 text encoder: it looks like {describe_keys(sd)}")
+    tok = ", tokenizer embedded" if find_spiece_key(sd) else ""
+    return ModelFile(path, "text_encoder", f"umT5 text encoder ({naming} names{tok})")
+
+
+def candidates(models_dir: str | Path, part: str) -> list[Path]:
+    """Weight files under ``models_dir``'s folders for ``part`` (``FOLDERS``), sorted, any depth."""
+    root = Path(models_dir).expanduser()
+    found: list[Path] = []
+    for folder in FOLDERS[part]:
+        if (root / folder).is_dir():
+            found += sorted(p for p in (root / folder).rglob("*") if p.suffix.lower() in WEIGHT_EXTS and p.is_file())
+    return found
+
+
+def find_model(models_dir: str | Path, part: str) -> ModelFile:
+    """The one file in ``models_dir`` that is a usable ``part``; ``ValueError`` (one line) when there is none
+    (naming what each candidate is instead) or several (listing them: pass one explicitly)."""
+    root = Path(models_dir).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"--models-dir {root}: no such folder")
+    files = [identify(p, part) for p in candidates(root, part)]
+    usable = [f for f in files if f.ok]
+    flag = "--" + part.replace("_", "-")
+    where = ", ".join(f"{root / d}" for d in FOLDERS[part])
+    if len(usable) == 1:
+        return usable[0]
+    if not usable:
+        if not files:
+            raise ValueError(f"no {PART_NAMES[part]} found in {where}; pass its path with {flag}")
+        seen = "; ".join(f"{_rel(f.path, root)}: {f.problem}" for f in files[:4])
+        raise ValueError(f"no {PART_NAMES[part]} found in {where} ({seen}); pass its path with {flag}")
+    listed = ", ".join(f"{_rel(f.path, root)} ({f.what})" for f in usable)
+    raise ValueError(f"{len(usable)} files in {root} could be the {PART_NAMES[part]}: {listed}; choose one with "
+                     f"{flag}")
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+__all__ = ["FOLDERS", "PARTS", "ModelFile", "candidates", "find_model", "identify"]
