@@ -155,7 +155,7 @@ def comfyui_validate(cls: type, inputs: dict[str, Any]) -> list[str]:
     passed = {k: v for k, v in inputs.items() if k in spec.args or spec.varkw is not None}
     if not passed:
         return []
-    result = getattr(cls, "validate_inputs").__func__(cls, **passed)
+    result = cls.validate_inputs.__func__(cls, **passed)
     if result is True:
         return []
     return [f"{k}" + ("" if result is False else f" - {result}") for k in passed]
@@ -163,4 +163,4 @@ def comfyui_validate(cls: type, inputs: dict[str, Any]) -> list[str]:
 
 def comfyui_execute(cls: type, inputs: dict[str, Any]) -> tuple:
     """Call a V3 node's ``execute`` as ComfyUI does (class method function, inputs by name)."""
-    return getattr(cls, "execute").__func__(cls, **inputs).args
+    return cls.execute.__func__(cls, **inputs).args

@@ -262,7 +262,7 @@ def test_real_comfyui_registers_v3_with_the_declared_inputs(nodes, models_dir):
     entry = nodes.entry_points(api)
     assert "comfy_entrypoint" in entry
     classes = _node_classes(entry)
-    v1_classes, names = nodes.v1_mappings()
+    v1_classes, _ = nodes.v1_mappings()
     assert set(classes) == set(v1_classes)
     for nid, cls in classes.items():
         assert _normalized_v1_inputs(cls.INPUT_TYPES()) == _normalized_v1_inputs(v1_classes[nid].INPUT_TYPES())
