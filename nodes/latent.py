@@ -21,7 +21,7 @@ def size_problems(width: int | None, height: int | None, frames: int | None, bat
     # a linked value is unknown: a valid stand-in lets the others be checked now
     problems = video_size_problems(16 if width is None else width, 16 if height is None else height,
                                    1 if frames is None else frames)
-    if problems or None in (width, height, frames, batch_size):
+    if problems or width is None or height is None or frames is None or batch_size is None:
         return problems
     ram = total_memory("cpu")
     compute = max(m for m in (total_memory(host.torch_device()), ram) if m is not None) if ram else None

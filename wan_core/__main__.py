@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from .estimate import SIZE_LIMITS
-from .video_io import OUTPUT_FORMATS, OUTPUT_KINDS
+from .video_io import OUTPUT_KINDS
 
 DTYPES = ("bf16", "fp16", "fp32")  # torch dtypes by name; resolved in the command (torch loads lazily)
 SOLVERS = ("unipc", "dpm++", "euler")  # wan_core.sampling.SOLVER_NAMES (a test keeps them equal)
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         return args.func(args)
-    except BaseException as e:  # noqa: BLE001 - every error becomes one line; --debug shows the traceback
+    except BaseException as e:  # every error becomes one line; --debug shows the traceback
         if isinstance(e, SystemExit):  # --help
             raise
         if args is not None and getattr(args, "debug", False):

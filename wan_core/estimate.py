@@ -24,13 +24,14 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from typing import Any
 
 # Released Wan 2.1 T2V DiT sizes (docs/wan_spec.md section 1.1; docs/comfyui.md section 7.2).
 MODELS: dict[str, dict[str, int]] = {
     "1.3B": {"dim": 1536, "ffn_dim": 8960, "num_heads": 12, "num_layers": 30},
     "14B": {"dim": 5120, "ffn_dim": 13824, "num_heads": 40, "num_layers": 40},
 }
-FIXED = {"in_dim": 16, "out_dim": 16, "text_dim": 4096, "freq_dim": 256, "text_len": 512,
+FIXED: dict[str, Any] = {"in_dim": 16, "out_dim": 16, "text_dim": 4096, "freq_dim": 256, "text_len": 512,
          "patch": (1, 2, 2), "latent_channels": 16, "vae_time": 4, "vae_space": 8}
 DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}  # bytes per stored weight
 SKIPARSE = ("none", "osp13", "suv", "custom")
@@ -274,7 +275,7 @@ def total_memory(device=None) -> int | None:
     except ImportError:
         pass
     try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return None
 
@@ -302,7 +303,7 @@ def format_bytes(n: float) -> str:
 
 def _sig3(x: float) -> str:
     if x >= 100:
-        return str(int(math.floor(x + 0.5)))
+        return str(math.floor(x + 0.5))
     if x >= 10:
         return f"{math.floor(x * 10 + 0.5) / 10:.1f}"
     return f"{math.floor(x * 100 + 0.5) / 100:.2f}"

@@ -11,7 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import PICKLE_EXTS, SAFETENSORS_EXTS, CheckpointError, is_quant_aux_key, open_checkpoint
+from .checkpoint import (
+    PICKLE_EXTS,
+    SAFETENSORS_EXTS,
+    CheckpointError,
+    is_quant_aux_key,
+    open_checkpoint,
+)
 
 PARTS = ("dit", "vae", "text_encoder")
 PART_NAMES = {"dit": "Wan 2.1 T2V DiT", "vae": "Wan 2.1 VAE", "text_encoder": "umT5 text encoder"}

@@ -64,8 +64,9 @@ class GenerationConfig:
         check_video_size(self.width, self.height, self.frames)
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             raise ValueError(f"steps={self.steps!r}: must be an integer >= 1 (official default 50)")
-        if not self.guidance >= 0:
-            raise ValueError(f"guidance={self.guidance!r}: must be >= 0 (1 disables guidance; official 5.0)")
+        if not 0 <= self.guidance < float("inf"):  # also refuses NaN
+            raise ValueError(f"guidance={self.guidance!r}: must be a finite number >= 0 (1 disables guidance; "
+                             f"official 5.0)")
         if self.solver not in SOLVER_NAMES:
             raise ValueError(f"solver={self.solver!r}: valid solvers are {', '.join(SOLVER_NAMES)}")
         if not self.prompts:

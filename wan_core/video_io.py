@@ -13,7 +13,7 @@ import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,8 +58,8 @@ def output_problem(path: str | Path) -> str | None:
             if other:
                 return (f"{path}: the folder exists and holds other files ({', '.join(other[:3])}"
                         f"{', ...' if len(other) > 3 else ''}); give a new or empty folder (nothing is overwritten)")
-            return _unwritable(path)
-        return _missing_or_unwritable(path.parent)
+            return _needs_pillow(path) or _unwritable(path)
+        return _needs_pillow(path) or _missing_or_unwritable(path.parent)
     if ext not in OUTPUT_FORMATS:
         if ext in (".png", ".jpg", ".jpeg"):
             return f"{path}: a video has several frames; give a folder name (no extension) for PNG frames"
@@ -68,7 +68,13 @@ def output_problem(path: str | Path) -> str | None:
         return f"{path}: is an existing folder; give a file name"
     if ext in VIDEO_FORMATS and importlib.util.find_spec("av") is None:
         return f"{path}: writing {ext} files needs PyAV: pip install av (or the 'video' extra); .webp/.gif do not"
-    return _missing_or_unwritable(path.parent)
+    return _needs_pillow(path) or _missing_or_unwritable(path.parent)
+
+
+def _needs_pillow(path: Path) -> str | None:
+    if path.suffix.lower() in VIDEO_FORMATS or importlib.util.find_spec("PIL") is not None:
+        return None
+    return f"{path}: writing images needs Pillow: pip install Pillow (or the 'video' extra)"
 
 
 def _missing_or_unwritable(folder: Path) -> str | None:
@@ -149,7 +155,7 @@ def _write_av(frames: np.ndarray, path: Path, fps: int, crf: int, text: str | No
     with av.open(str(path), mode="w", options=options) as container:
         if text:
             container.metadata[METADATA_KEY] = text
-        stream = container.add_stream(codec, rate=fps)
+        stream = cast("av.VideoStream", container.add_stream(codec, rate=fps))
         stream.width, stream.height = frames.shape[2], frames.shape[1]
         stream.pix_fmt = "yuv420p"
         if codec == "libx264":
@@ -166,7 +172,7 @@ def _write_animated(frames: np.ndarray, path: Path, fps: int, text: str | None) 
 
     images = [Image.fromarray(f) for f in frames]
     # GIF stores frame durations in 1/100 s: 1 (10 ms) is the shortest it can say
-    duration = max(10, int(round(1000 / fps)))
+    duration = max(10, round(1000 / fps))
     if path.suffix.lower() == ".webp":
         exif = Image.Exif()
         exif[_EXIF_SOFTWARE] = SOFTWARE
@@ -202,7 +208,7 @@ def read_metadata(path: str | Path) -> dict | None:
                 raw = im.info.get("comment")
                 text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
             else:
-                text = im.text.get(METADATA_KEY)
+                text = im.info.get(METADATA_KEY)  # PNG text chunks
     if not text:
         return None
     try:

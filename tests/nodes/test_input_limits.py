@@ -67,9 +67,9 @@ def test_limits_come_from_the_declaration(node):
     assert {k: declared[k] for k in SIZE_LIMITS} == SIZE_LIMITS
 
 
-@pytest.mark.parametrize("size", [dict(width=100000, height=100000, frames=81), dict(width=832, height=480,
-                                                                                      frames=10001),
-                                  dict(width=8192, height=8192, frames=2001, batch_size=64)])
+@pytest.mark.parametrize("size", [{"width": 100000, "height": 100000, "frames": 81},
+                                  {"width": 832, "height": 480, "frames": 10001},
+                                  {"width": 8192, "height": 8192, "frames": 2001, "batch_size": 64}])
 def test_huge_sizes_are_one_line_errors_at_once_without_allocating(node, monkeypatch, size):
     def no_alloc(*a, **k):
         raise AssertionError("a tensor was allocated")

@@ -192,8 +192,17 @@ def test_debug_shows_the_traceback(capsys, monkeypatch, tmp_path):
 def test_undecodable_argv_bytes_end_to_end(tmp_path):
     """The real path: bytes that are not UTF-8 on the command line (Python decodes argv with surrogateescape)."""
     res = subprocess.run([sys.executable, "-m", "wan_core", "generate", "--preset", "tiny-random", "--prompt",
-                          b"a fox \xff", "--out", str(tmp_path / "x.webp")], capture_output=True, timeout=120,
+                          b"a fox \xff", "--out", str(tmp_path / "x.webp")], capture_output=True, timeout=120, check=False,
                          env={**os.environ, "LC_ALL": "C.UTF-8", "PYTHONUTF8": "1"})
     err = res.stderr.decode("utf-8", "replace")
     assert res.returncode == 2 and "contains invalid Unicode (a lone surrogate U+DCFF" in err, err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "x.webp").exists()
+
+
+@pytest.mark.parametrize("guidance", [float("inf"), float("nan"), -1.0])
+def test_generation_config_refuses_non_finite_guidance(guidance):
+    """The same rule for Python API callers (GenerationConfig.validate), not only the command line."""
+    from wan_core.pipeline import GenerationConfig
+
+    with pytest.raises(ValueError, match="guidance=.*must be a finite number >= 0"):
+        GenerationConfig(prompt="x", guidance=guidance).validate()

@@ -18,13 +18,13 @@ def test_help_is_fast_and_does_not_import_torch():
     code = ("import sys, time; t = time.perf_counter(); from wan_core.__main__ import build_parser; "
             "h = build_parser()._subparsers._group_actions[0].choices['generate'].format_help(); "
             "print('torch' in sys.modules, time.perf_counter() - t)")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     imported, seconds = res.stdout.split()
     assert imported == "False", "building the parser imported torch"
     assert float(seconds) < 1.0
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "wan_core", "generate", "--help"], capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, check=False)
     assert res.returncode == 0 and time.perf_counter() - t0 < 3.0  # loose: the interpreter starts too
     text = " ".join(res.stdout.split())  # argparse wraps lines
     assert "(default: 5.0)" in text and "(default: unipc)" in text and "(default: 16)" in text

@@ -80,4 +80,4 @@ def check_prompt(text, name: str = "prompt", allow_empty: bool = False) -> str:
     return text
 
 
-__all__ = ["clean_prompt", "prompt_problem", "check_prompt"]
+__all__ = ["check_prompt", "clean_prompt", "prompt_problem"]
