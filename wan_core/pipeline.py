@@ -13,6 +13,7 @@ import torch
 
 from . import latent_format
 from .estimate import nearest_valid
+from .cache import start_session
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, ScheduleConfig,
                        build_schedule, initial_latent, make_noise, sample)
 
@@ -111,6 +112,7 @@ class WanPipeline:
         self.dit = dit
         self.vae = vae
         self.text_encoder = text_encoder
+        self.cache_report = None  # wan_core.cache.CacheReport of the last sample_latents call
 
     # ------------------------------------------------------------------ stages
     def encode_prompts(self, prompts: Sequence[str], negative_prompt: str | None = None,
@@ -144,13 +146,18 @@ class WanPipeline:
         callback: SolverProgress | None = None,
         interrupt: InterruptFn | None = None,
         step_hooks: Sequence[Any] = (),
+        cache: Any = None,
     ) -> torch.Tensor:
         """Sample raw VAE latents ``[B, 16, F, H/8, W/8]``.
 
         ``latent``: raw latents to start from when ``cfg.denoise < 1`` (video-to-video), else None.
         ``callback(step, total, x, x0_hat)`` with normalised latents (for previews).
+        ``cache``: diffusion cache (``wan_core.cache``): None = "exact" (text K/V once per prompt, same output),
+        a preset name ("off", "wan", "teacache", "magcache", "easycache") or a ``CacheConfig``; afterwards
+        ``self.cache_report`` says what it computed and skipped.
         """
         schedule = build_schedule(cfg.schedule_config())
+        session = start_session(cache, self.dit, schedule.num_steps, cfg.guidance)  # cache errors before any work
         shape = (len(cond),) + cfg.latent_shape[1:]
         device = self.dit.device if self.dit is not None else torch.device("cpu")
         noise = make_noise(cfg.seed, shape, device=device)
@@ -163,12 +170,15 @@ class WanPipeline:
             raise ValueError(f"denoise={cfg.denoise} needs a start latent (encode a video first); "
                              f"use denoise=1 for text-to-video")
         x = initial_latent(noise, schedule, start)
-        guide = ClassifierFreeGuidance(self.velocity_model(), cond, uncond, cfg.guidance, batched=cfg.batched_cfg)
+        guide = ClassifierFreeGuidance(self.velocity_model(), cond, uncond, cfg.guidance, batched=cfg.batched_cfg,
+                                       cfg_cache=session.cfg_cache, branch_cache=session)
         hooks = list(step_hooks)
         attention = getattr(self.dit, "attention", None)
         if attention is not None and hasattr(attention, "begin_step"):
             hooks.append(attention)
-        x = sample(guide, x, schedule, cfg.solver, callback=callback, interrupt=interrupt, step_hooks=hooks)
+        with session.attached(self.dit):
+            x = sample(guide, x, schedule, cfg.solver, callback=callback, interrupt=interrupt, step_hooks=hooks)
+        self.cache_report = session.report
         return latent_format.from_model(x)
 
     def decode(self, latents: torch.Tensor, tiling: str = "auto", tile=None, overlap=None,

@@ -62,11 +62,18 @@ class SelfAttention(_Projections):
 class CrossAttention(_Projections):
     """``cross_attn``: queries from the video tokens, keys/values from the 512 context rows; no RoPE, no mask."""
 
-    def forward(self, h: torch.Tensor, ctx: torch.Tensor, attn: AttentionDispatch, layer: int) -> torch.Tensor:
-        """``h [B, L, D]``, ``ctx [B, 512, D]`` -> ``[B, L, D]``."""
+    def text_kv(self, ctx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of the embedded text: ``ctx [B, 512, D]`` -> ``(k, v)``, each ``[B, N, 512, d]``.
+
+        They depend on the text only, so a sampler may compute them once per prompt and pass them back as
+        ``ctx`` at every step (``wan_core.cache``'s text-KV cache); the result is the same computation."""
+        n = self.num_heads
+        return heads_first(self.norm_k(self.k(ctx)), n), heads_first(self.v(ctx), n)
+
+    def forward(self, h: torch.Tensor, ctx, attn: AttentionDispatch, layer: int) -> torch.Tensor:
+        """``h [B, L, D]``, ``ctx [B, 512, D]`` or its precomputed ``text_kv(ctx)`` -> ``[B, L, D]``."""
         n = self.num_heads
         q = heads_first(self.norm_q(self.q(h)), n)
-        k = heads_first(self.norm_k(self.k(ctx)), n)
-        v = heads_first(self.v(ctx), n)
+        k, v = ctx if isinstance(ctx, tuple) else self.text_kv(ctx)
         out = attn(q, k, v, AttentionCall("cross", layer))
         return self.o(heads_last(out))

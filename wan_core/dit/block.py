@@ -34,16 +34,23 @@ class WanBlock(nn.Module):
         self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(ffn_dim, dim))
         self.modulation = nn.Parameter(torch.zeros(1, 6, dim))
 
-    def forward(self, x: torch.Tensor, e0: torch.Tensor, ctx: torch.Tensor, freqs: torch.Tensor,
-                attn: AttentionDispatch, layer: int) -> torch.Tensor:
-        """``x [B, L, D]`` float32, ``e0 [B, 6, D]`` float32, ``ctx [B, 512, D]``, ``freqs [L, d/2]`` RoPE
-        -> ``[B, L, D]`` float32."""
+    def forward(self, x: torch.Tensor, e0: torch.Tensor, ctx, freqs: torch.Tensor,
+                attn: AttentionDispatch, layer: int, attention_cache=None) -> torch.Tensor:
+        """``x [B, L, D]`` float32, ``e0 [B, 6, D]`` float32, ``ctx [B, 512, D]`` (or the cross-attention's
+        precomputed ``(k, v)``), ``freqs [L, d/2]`` RoPE -> ``[B, L, D]`` float32.
+
+        ``attention_cache``: optional ``(layer, h, compute) -> out`` that may return a stored self-attention
+        output instead of calling ``compute(h)`` (``wan_core.cache``'s attention cache)."""
         dtype = self.modulation.dtype  # the compute dtype (linear weights may be stored in fp8)
         mod = (self.modulation.float() + e0).unsqueeze(2)  # [B, 6, 1, D]
         shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff = mod.unbind(1)
 
-        h = torch.addcmul(shift_sa, layer_norm(x, self.eps), 1 + scale_sa)
-        x = torch.addcmul(x, self.self_attn(h.to(dtype), freqs, attn, layer), gate_sa)
+        h = torch.addcmul(shift_sa, layer_norm(x, self.eps), 1 + scale_sa).to(dtype)
+        if attention_cache is None:
+            y = self.self_attn(h, freqs, attn, layer)
+        else:
+            y = attention_cache(layer, h, lambda rows: self.self_attn(rows, freqs, attn, layer))
+        x = torch.addcmul(x, y, gate_sa)
 
         if isinstance(self.norm3, nn.LayerNorm):
             h = layer_norm(x, self.eps, self.norm3.weight, self.norm3.bias)

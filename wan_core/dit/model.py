@@ -4,6 +4,11 @@
 (int or float), context ``[B, L, text_dim]`` or a list of ``[L_i, text_dim]`` -> velocity ``[B, 16, F, H, W]``
 float32. Attention goes through ``self.attention`` (an ``AttentionDispatch``), replaced from outside to
 switch backends or wrap skiparse / context parallelism.
+
+``self.cache`` is None except while a sampler runs with a diffusion cache (``wan_core.cache``): the session
+object is then asked, at three points of the forward, whether the whole output can be reused
+(``reuse_output``), how to run the block stack (``run_blocks``: text K/V reuse, residual reuse, attention
+reuse) and what the output was (``record_output``). The call ``dit(x, t, context)`` is the same either way.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ class WanDiT(nn.Module):
         )
         pt, ph, pw = c.patch_size
         self.head = Head(c.dim, pt * ph * pw * c.out_dim, c.eps)
+        self.cache = None  # a wan_core.cache.CacheSession while a cached sampling run is attached
 
     @property
     def dtype(self) -> torch.dtype:
@@ -71,18 +77,39 @@ class WanDiT(nn.Module):
                                  f"(pixel width/height must be multiples of 16)")
         return tuple(s // p for s, p in zip(x.shape[2:], c.patch_size))  # type: ignore[return-value]
 
+    def text_kv(self, ctx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Embedded text ``[B, text_len, D]`` -> every block's cross-attention ``(k, v)`` (``[B, N, text_len, d]``)."""
+        return [block.cross_attn.text_kv(ctx) for block in self.blocks]
+
+    def run_blocks(self, h: torch.Tensor, e0: torch.Tensor, text, freqs: torch.Tensor,
+                   attention_cache=None) -> torch.Tensor:
+        """The block stack: ``h [B, L, D]`` float32, ``e0 [B, 6, D]``, ``text`` = embedded context
+        ``[B, text_len, D]`` or one precomputed ``(k, v)`` per block (``text_kv``), ``freqs`` RoPE -> ``[B, L, D]``."""
+        per_block = isinstance(text, list)
+        for i, block in enumerate(self.blocks):
+            h = block(h, e0, text[i] if per_block else text, freqs, self.attention, i, attention_cache)
+        return h
+
     def forward(self, x: torch.Tensor, t, context) -> torch.Tensor:
         """x ``[B, 16, F, H, W]``, t ``[B]`` or scalar, context ``[B, L, text_dim]`` or list -> v float32."""
         c = self.config
         b = x.shape[0]
         grid = self.grid(x)
+        cache = self.cache
+        if cache is not None:
+            reused = cache.reuse_output(self, x, t)
+            if reused is not None:
+                return reused
         w = self.patch_embedding.weight
         tokens = F.linear(patchify(x.to(w.dtype), c.patch_size), w.flatten(1), self.patch_embedding.bias)
         h = tokens.float()  # residual stream [B, L, D], float32
         e, e0 = self.embed_time(t, b)
-        ctx = self.embed_text(context, b)
         freqs = rope_frequencies(grid, c.rope_dims, c.rope_theta, device=x.device)
-        for i, block in enumerate(self.blocks):
-            h = block(h, e0, ctx, freqs, self.attention, i)
-        out = self.head(h, e)
-        return unpatchify(out, grid, c.patch_size, c.out_dim)
+        if cache is None:
+            h = self.run_blocks(h, e0, self.embed_text(context, b), freqs)
+        else:
+            h = cache.run_blocks(self, h, e, e0, context, freqs)
+        out = unpatchify(self.head(h, e), grid, c.patch_size, c.out_dim)
+        if cache is not None:
+            cache.record_output(self, x, out)
+        return out

@@ -1,0 +1,281 @@
+"""One cached sampling run: the object the sampler and the DiT talk to.
+
+``start_session(cache, dit, steps, guidance)`` resolves a ``CacheConfig`` for the model and step count (every
+error is raised here, before the first step) and returns a ``CacheSession``. The sampler passes it to
+``ClassifierFreeGuidance`` as its ``branch_cache`` (and ``session.cfg_cache`` as its ``cfg_cache``), and runs
+inside ``with session.attached(dit):``, which sets ``dit.cache`` so the DiT's forward consults the session:
+
+* ``reuse_output`` - EasyCache may return the whole output without running the model;
+* ``run_blocks`` - the text-KV cache supplies cross-attention K/V, TeaCache / MagCache may reuse the block
+  stack's residual, the attention cache may reuse self-attention outputs;
+* ``record_output`` - EasyCache learns from the computed output.
+
+A forward's batch is split into per-branch segments (a batched CFG forward holds ``[cond; uncond]``), so every
+branch keeps its own state and takes the same decisions batched or not; when only one branch of a batched
+forward can reuse, the other one is computed on its own rows. ``session.report`` says what happened.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ..sampling.hooks import BRANCH_BATCHED, BRANCH_COND, BRANCH_UNCOND
+from .attention_cache import AttentionCache, Segment
+from .calibration import Calibration, Calibrator, published_model
+from .cfg_cache import CFGCache
+from .config import WAN_END, WAN_START, CacheConfig, as_config
+from .easycache import EasyCache
+from .magcache import MagCache, nearest_resample
+from .published import (
+    EASYCACHE_RETENTION,
+    EASYCACHE_THRESHOLD,
+    MAGCACHE_DEFAULTS,
+    MODEL_1_3B,
+    TEACACHE_COEFFICIENTS,
+    TEACACHE_FORCE_LAST,
+    TEACACHE_RETENTION_STEPS,
+    TEACACHE_THRESHOLD,
+)
+from .report import COMPUTED, ESTIMATED, REUSED, CacheReport
+from .schedule import Window, step_index, wan_cfg_interval
+from .teacache import TeaCache
+from .text_kv import TextKVCache
+
+__all__ = ["CacheSession", "branches_for", "start_session"]
+
+
+def branches_for(guidance: float) -> tuple[str, ...]:
+    """The passes a step needs: cond only at guidance 1, uncond only at 0, else both."""
+    if guidance == 1:
+        return (BRANCH_COND,)
+    if guidance == 0:
+        return (BRANCH_UNCOND,)
+    return (BRANCH_COND, BRANCH_UNCOND)
+
+
+def _has_hooks(dit) -> bool:
+    return dit is not None and hasattr(dit, "cache") and callable(getattr(dit, "run_blocks", None))
+
+
+def _no_table(method: str, what: str, config) -> ValueError:
+    name = getattr(config, "name", "?")
+    dims = f"dim {getattr(config, 'dim', '?')}, {getattr(config, 'num_layers', '?')} blocks"
+    return ValueError(f"cache {method}: no published {what} for this model ({name}, {dims}); they exist for Wan "
+                      f"2.1 T2V 1.3B and 14B only: run method 'calibrate' on this model once and pass its "
+                      f"calibration")
+
+
+def start_session(cache, dit, steps: int, guidance: float) -> CacheSession:
+    """Resolve ``cache`` (None = ``exact``, a preset name or a ``CacheConfig``) for ``dit`` and ``steps``;
+    raises ``ValueError`` (one line naming the setting and the valid values) before anything runs."""
+    config = as_config(cache)
+    m = config.method
+    hooks = _has_hooks(dit)
+    dit_config = getattr(dit, "config", None) if hooks else None
+    needs_dit = m in ("teacache", "magcache", "easycache", "calibrate") or (m == "wan" and config.attention != "off")
+    if needs_dit and not hooks:
+        raise ValueError(f"cache {m}: needs a WanCore DiT (wan_core.load_dit), got {type(dit).__name__}; use "
+                         f"'exact' or 'off' with other models")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"cache {m}: steps={steps!r} must be an integer >= 1")
+    branches = branches_for(guidance)
+    report = CacheReport(m, steps, branches, num_layers=getattr(dit_config, "num_layers", 0),
+                         dim=getattr(dit_config, "dim", 0), ffn_dim=getattr(dit_config, "ffn_dim", 0))
+    session = CacheSession(report, config, text_kv=TextKVCache() if (config.uses_text_kv and hooks) else None,
+                           uses_dit=hooks and m != "off")
+    model = published_model(dit_config)
+    cal = config.calibration
+    if cal is not None and dit_config is not None:
+        cal.check_model(dit_config, f"cache {m}: calibration")
+    start, end = config.start, config.end
+
+    if m == "wan":
+        interval = config.cfg_interval or wan_cfg_interval(steps)
+        first, last = WAN_START if start is None else start, WAN_END if end is None else end
+        if len(branches) == 2:
+            session.cfg_cache = CFGCache(Window.of(first, last, steps, interval), config.alpha_low,
+                                         config.alpha_high, on_estimate=session._estimated)
+        if config.attention != "off":
+            session.attention = AttentionCache(Window.of(first, last, steps, config.attention_interval),
+                                               config.attention, evaluated=session.evaluates)
+    elif m == "teacache":
+        mode = config.teacache_mode
+        if config.coefficients is not None:
+            coefs = config.coefficients
+        elif cal is not None and mode in cal.teacache:
+            coefs = cal.teacache[mode]
+        elif model is not None:
+            coefs = TEACACHE_COEFFICIENTS[mode][model]
+        elif cal is not None:
+            raise ValueError(f"cache teacache: the calibration has no coefficients for mode {mode!r} (it has: "
+                             f"{', '.join(cal.teacache) or 'none'}); run method 'calibrate' again")
+        else:
+            raise _no_table(m, "TeaCache coefficients", dit_config)
+        threshold = config.threshold if config.threshold is not None else \
+            TEACACHE_THRESHOLD[mode].get(model or MODEL_1_3B, TEACACHE_THRESHOLD[mode][MODEL_1_3B])
+        first = step_index(start, steps) if start is not None else min(steps, TEACACHE_RETENTION_STEPS[mode])
+        stop = step_index(end, steps) if end is not None else steps - int(TEACACHE_FORCE_LAST[mode])
+        session.block_policy = TeaCache(coefs, threshold, mode, first, stop)
+    elif m == "magcache":
+        if cal is None:
+            if model is None:
+                raise _no_table(m, "MagCache ratios", dit_config)
+            cal = Calibration.published(model)
+        cond = list(cal.mag_cond)
+        uncond = list(cal.mag_uncond) or cond  # a table measured at guidance 1 serves both branches
+        if cal.steps != steps:
+            cond, uncond = nearest_resample(cond, steps), nearest_resample(uncond, steps)
+        defaults = MAGCACHE_DEFAULTS.get(model or MODEL_1_3B, MAGCACHE_DEFAULTS[MODEL_1_3B])
+        threshold = config.threshold if config.threshold is not None else defaults["threshold"]
+        max_skips = config.max_skips if config.max_skips is not None else int(defaults["max_skips"])
+        retention = start if start is not None else defaults["retention"]
+        stop = step_index(end, steps) if end is not None else steps
+        session.block_policy = MagCache(cond, uncond, threshold, max_skips, int(2 * steps * retention), stop)
+    elif m == "easycache":
+        threshold = config.threshold if config.threshold is not None else EASYCACHE_THRESHOLD
+        first = step_index(start if start is not None else EASYCACHE_RETENTION, steps)
+        stop = step_index(end, steps) if end is not None else steps - 1
+        session.model_policy = EasyCache(threshold, first, stop)
+    elif m == "calibrate":
+        session.block_policy = session.calibrator = Calibrator()
+    session.dit_config = dit_config
+    return session
+
+
+class CacheSession:
+    """State of one cached run: ``StepHook`` + ``BranchCache`` for the sampler, hooks for the DiT."""
+
+    def __init__(self, report: CacheReport, config: CacheConfig, text_kv: TextKVCache | None = None,
+                 uses_dit: bool = False):
+        self.report = report
+        self.config = config
+        self.text_kv = text_kv
+        self.uses_dit = uses_dit
+        self.cfg_cache: CFGCache | None = None
+        self.attention: AttentionCache | None = None
+        self.block_policy = None   # TeaCache | MagCache | Calibrator: may reuse the block-stack residual
+        self.model_policy: EasyCache | None = None
+        self.calibrator: Calibrator | None = None
+        self.dit_config = None
+        self.step = -1
+        self._branch: str | None = None
+        self._segments: list[Segment] | None = None
+        self._marked: set[str] = set()
+
+    # ---------------------------------------------------------------- sampler side
+    def begin_step(self, step: int, num_steps: int, sigma: float) -> None:
+        self.step = step
+
+    @contextlib.contextmanager
+    def branch(self, name: str):
+        self._branch, self._segments, self._marked = name, None, set()
+        try:
+            yield
+        finally:
+            for b in ((BRANCH_COND, BRANCH_UNCOND) if name == BRANCH_BATCHED else (name,)):
+                if b not in self._marked:  # a model without the hooks, or a forward that ran plainly
+                    self.report.mark(self.step, b, COMPUTED)
+            self._branch = None
+
+    def evaluates(self, branch: str, step: int) -> bool:
+        """Whether the sampler will run ``branch`` at ``step`` (the CFG cache estimates some uncond passes)."""
+        if branch not in self.report.branches:
+            return False
+        return branch != BRANCH_UNCOND or self.cfg_cache is None or self.cfg_cache.computes_uncond(step)
+
+    def _estimated(self, step: int) -> None:
+        self.report.mark(step, BRANCH_UNCOND, ESTIMATED)
+
+    @contextlib.contextmanager
+    def attached(self, dit):
+        """Make ``dit`` consult this session during the run (restored afterwards); the report is completed
+        and the stored tensors are freed on exit."""
+        prev = dit.cache if self.uses_dit else None
+        if self.uses_dit:
+            dit.cache = self
+        try:
+            yield self
+        finally:
+            if self.uses_dit:
+                dit.cache = prev
+            self.finish()
+
+    def finish(self) -> None:
+        if self.text_kv is not None:
+            self.report.text_kv_computed, self.report.text_kv_reused = self.text_kv.computed, self.text_kv.reused
+            self.text_kv.clear()
+        if self.calibrator is not None and self.dit_config is not None and self.report.calibration is None:
+            self.report.calibration = self.calibrator.result(self.dit_config, self.report.steps)
+        for part in (self.cfg_cache, self.attention):
+            if part is not None:
+                part.clear()
+        self.block_policy = self.model_policy = None  # drop the stored residuals
+
+    # ---------------------------------------------------------------- DiT side
+    def _mark(self, segments: list[Segment], status: str) -> None:
+        for s in segments:
+            self.report.mark(self.step, s.branch, status)
+            self._marked.add(s.branch)
+
+    def _split(self, batch: int) -> list[Segment]:
+        name = self._branch or BRANCH_COND
+        if name == BRANCH_BATCHED:
+            if batch % 2:
+                raise ValueError(f"a batched cond+uncond forward needs an even batch, got {batch}")
+            half = batch // 2
+            return [Segment(BRANCH_COND, 0, half), Segment(BRANCH_UNCOND, half, batch)]
+        return [Segment(name, 0, batch)]
+
+    def reuse_output(self, dit, x: torch.Tensor, t) -> torch.Tensor | None:
+        """Called first in the DiT forward with ``x [B, 16, F, H, W]``; a tensor = the forward's output."""
+        segs = self._segments = self._split(x.shape[0])
+        pol = self.model_policy
+        if pol is None or not pol.skip(self.step, segs[0].branch, x[segs[0].rows], [s.branch for s in segs]):
+            return None
+        self._mark(segs, REUSED)
+        return torch.cat([pol.reuse(s.branch, x[s.rows]) for s in segs])
+
+    def run_blocks(self, dit, h: torch.Tensor, e: torch.Tensor, e0: torch.Tensor, context, freqs) -> torch.Tensor:
+        """The block stack with the caches: ``h [B, L, D]``, ``e [B, D]``, ``e0 [B, 6, D]`` -> ``[B, L, D]``."""
+        b = h.shape[0]
+        segs = self._segments or self._split(b)
+        self.report.tokens = h.shape[1]
+        text = self.text_kv.states(dit, context, b) if self.text_kv is not None else dit.embed_text(context, b)
+        pol = self.block_policy
+        decide = [True if pol is None else pol.should_compute(s.branch, self.step, e[s.rows], e0[s.rows])
+                  for s in segs]
+        if all(decide):
+            out = dit.run_blocks(h, e0, text, freqs, self._attention_scope(segs))
+            if pol is not None:
+                for s in segs:
+                    pol.computed(s.branch, self.step, out[s.rows] - h[s.rows])
+        else:
+            parts = []
+            for s, compute in zip(segs, decide):
+                hs = h[s.rows]
+                if compute:
+                    sub = [(k[s.rows], v[s.rows]) for k, v in text] if isinstance(text, list) else text[s.rows]
+                    local = [Segment(s.branch, 0, s.stop - s.start)]
+                    o = dit.run_blocks(hs, e0[s.rows], sub, freqs, self._attention_scope(local))
+                    pol.computed(s.branch, self.step, o - hs)
+                else:
+                    o = hs + pol.residual(s.branch)
+                parts.append(o)
+            out = torch.cat(parts) if len(parts) > 1 else parts[0]
+        for s, compute in zip(segs, decide):
+            self._mark([s], COMPUTED if compute else REUSED)
+        return out
+
+    def record_output(self, dit, x: torch.Tensor, out: torch.Tensor) -> None:
+        """Called last in a computed forward: ``x`` its input, ``out`` its velocity ``[B, 16, F, H, W]``."""
+        if self.model_policy is not None:
+            for s in self._segments or self._split(x.shape[0]):
+                self.model_policy.computed(s.branch, x[s.rows], out[s.rows])
+
+    def _attention_scope(self, segments: list[Segment]):
+        if self.attention is None:
+            return None
+        step = self.step
+        return self.attention.scope(step, segments,
+                                    lambda branch, c, r: self.report.count_attention(step, branch, c, r))
