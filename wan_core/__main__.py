@@ -151,6 +151,13 @@ def _device(name: str):
         raise UsageError(f"--device {name!r}: {e}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                         f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise UsageError(f"--device {name}: MPS (Apple GPU) is not available on this machine; use --device cpu")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise UsageError(f"--device {name}: use auto, cpu, cuda, cuda:N or mps")
     return dev
 
 

@@ -206,3 +206,13 @@ def test_generation_config_refuses_non_finite_guidance(guidance):
 
     with pytest.raises(ValueError, match="guidance=.*must be a finite number >= 0"):
         GenerationConfig(prompt="x", guidance=guidance).validate()
+
+
+@pytest.mark.parametrize("device, message", [("mps", "MPS (Apple GPU) is not available"),
+                                             ("gpu", "--device 'gpu'"), ("xla", "use auto, cpu, cuda")])
+def test_unusable_devices_are_refused_before_loading(capsys, tripwire, tmp_path, device, message):
+    import torch
+
+    if device == "mps" and torch.backends.mps.is_available():
+        pytest.skip("this machine has MPS")
+    assert message in one_error(capsys, "--prompt", "x", "--out", str(tmp_path / "x.webp"), "--device", device)
