@@ -6,6 +6,7 @@ keyword arguments and returns a tuple of outputs. Tests call the function direct
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,7 +66,8 @@ class NodeSpec:
             raise ValueError(f"{self.node_id}: duplicate input names")
 
     def run(self, **kwargs) -> tuple:
-        from .host import client_errors  # errors reach API clients: model paths as <folder>/<file>
+        # errors reach API clients: model paths as <folder>/<file>
+        from .host import client_errors
 
         with client_errors():
             out = self.fn(**kwargs)
@@ -90,7 +92,7 @@ class NodeSpec:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or (
                     i.type == "INT" and not isinstance(value, int)):
                 problems.append(f"{name}={value!r}: must be {'an integer' if i.type == 'INT' else 'a number'}")
-            elif value != value or value in (float("inf"), float("-inf")):
+            elif not math.isfinite(value):
                 problems.append(f"{name}={value!r}: must be a finite number")
             elif i.min is not None and value < i.min:
                 problems.append(f"{name}={value}: must be at least {i.min}")
