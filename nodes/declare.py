@@ -92,7 +92,7 @@ class NodeSpec:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or (
                     i.type == "INT" and not isinstance(value, int)):
                 problems.append(f"{name}={value!r}: must be {'an integer' if i.type == 'INT' else 'a number'}")
-            elif not math.isfinite(value):
+            elif isinstance(value, float) and not math.isfinite(value):  # ints are finite (and may not fit a float)
                 problems.append(f"{name}={value!r}: must be a finite number")
             elif i.min is not None and value < i.min:
                 problems.append(f"{name}={value}: must be at least {i.min}")
