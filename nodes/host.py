@@ -332,6 +332,24 @@ def progress_callback(total: int, desc: str, preview: Callable[[torch.Tensor], A
     return callback, bar
 
 
+def show_text(text: str) -> None:
+    """Show ``text`` under the running node (ComfyUI's progress text, newer ComfyUI) and log it (console)."""
+    import logging
+
+    logging.getLogger("wancore").info(text)
+    if not IN_COMFYUI:
+        return
+    try:
+        from comfy_execution.utils import get_executing_context  # type: ignore[import-not-found]
+        from server import PromptServer  # type: ignore[import-not-found]
+
+        ctx = get_executing_context()
+        if ctx is not None and getattr(PromptServer, "instance", None) is not None:
+            PromptServer.instance.send_progress_text(text, ctx.node_id)
+    except Exception as e:  # noqa: BLE001 - a ComfyUI without progress text: the log line is all there is
+        logging.getLogger("wancore").debug("no progress text: %s", e)
+
+
 def _module_of(model) -> torch.nn.Module | None:
     if isinstance(model, torch.nn.Module):
         return model

@@ -25,7 +25,8 @@ def _preview(x0: torch.Tensor):
 
 
 def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, guidance: float = 5.0,
-           shift: float = 5.0, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0):
+           shift: float = 5.0, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0,
+           cache=None):
     z = latent["samples"]
     if z.dim() != 5 or z.shape[1] != latent_format.CHANNELS:
         raise ValueError(f"latent: expected a Wan video latent [B, 16, T, H, W], got shape {list(z.shape)}")
@@ -47,7 +48,8 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, gu
         device = dit.device
         out = pipe.sample_latents([c.to(device) for c in cond],
                                   [u.to(device) for u in uncond] if guidance != 1.0 else None, cfg,
-                                  latent=start, callback=callback, interrupt=_interrupt)
+                                  latent=start, callback=callback, interrupt=_interrupt, cache=cache)
+    host.show_text(pipe.cache_report.text())  # "cache <method>: <computed>/<total> DiT evaluations" + details
     return ({"samples": out.to(host.intermediate_device()), "downscale_ratio_spacial": 8},)
 
 
@@ -75,6 +77,8 @@ SAMPLER = NodeSpec(
         Input("schedule", "COMBO", default="official", options=tuple(SCHEDULES),
               tooltip="official: Wan's grid with integer timesteps; comfyui: ComfyUI's simple schedule"),
         Input("denoise", "FLOAT", default=1.0, min=0.01, max=1.0, step=0.01),
+        Input("cache", "WANCORE_CACHE", optional=True,
+              tooltip="a WanCore Cache node (wan / teacache / magcache / easycache); unconnected = exact"),
     ),
     outputs=(Output("LATENT", "latent"),),
     fn=sample,

@@ -23,6 +23,7 @@ from .video_io import OUTPUT_KINDS
 
 DTYPES = ("bf16", "fp16", "fp32")  # torch dtypes by name; resolved in the command (torch loads lazily)
 SOLVERS = ("unipc", "dpm++", "euler")  # wan_core.sampling.SOLVER_NAMES (a test keeps them equal)
+CACHES = ("off", "exact", "wan", "teacache", "magcache", "easycache")  # wan_core.cache.PRESETS (tested equal)
 TINY_DEFAULTS = {"width": 64, "height": 64, "frames": 9, "steps": 4}
 FULL_DEFAULTS = {"width": 832, "height": 480, "frames": 81, "steps": 50}
 # Accepted ranges (inclusive) besides the sizes (wan_core.estimate.SIZE_LIMITS): seeds as ComfyUI's seed widgets
@@ -100,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timestep convention: official (integer) or comfyui (float)")
     s.add_argument("--seed", type=int, default=0, help="0 to 2^64-1 (as ComfyUI)")
     s.add_argument("--cfg-batched", action="store_true", help="cond+uncond as one batch (faster, more memory)")
+    s.add_argument("--cache", choices=CACHES, default="exact",
+                   help="diffusion cache: exact (same output), wan (~1.6-2x less DiT work), teacache, magcache, "
+                        "easycache (~2-2.8x, approximate), off; see docs/caches.md")
     o = g.add_argument_group("output")
     o.add_argument("--fps", type=int, default=16, help="frames per second, 1 to 120")
     o.add_argument("--tiling", choices=["auto", "on", "off"], default="auto", help="VAE decode tiling")
@@ -309,7 +313,9 @@ def cmd_generate(args) -> int:
     with torch.inference_mode():
         cond, uncond = pipe.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=cfg.guidance != 1.0)
         with tqdm(total=cfg.steps, desc="sampling", unit="step") as bar:
-            latents = pipe.sample_latents(cond, uncond, cfg, callback=lambda i, n, x, x0: bar.update(1))
+            latents = pipe.sample_latents(cond, uncond, cfg, callback=lambda i, n, x, x0: bar.update(1),
+                                          cache=args.cache)
+        print(pipe.cache_report.line(), file=sys.stderr)  # "cache <preset>: <computed>/<total> DiT evaluations"
         video = pipe.decode(latents, tiling=args.tiling, progress=_tqdm_progress("decoding", "chunk", leave=True))
     meta = output_metadata(args, cfg.replace(negative_prompt=cfg.negative_prompt or DEFAULT_NEGATIVE_PROMPT), files)
     written = write_video(video[0], args.out, fps=args.fps, metadata=meta)

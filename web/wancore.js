@@ -6,11 +6,12 @@
 // WanCoreModelLoader; invalid frame counts (not 4n+1) and sizes (not multiples of 16) are flagged in red
 // before the prompt is queued. Numbers come from wancore_estimate.js (= wan_core/estimate.py).
 import { app } from "../../scripts/app.js";
-import { estimate, formatBytes, formatFlops, modelSizeFromName } from "./wancore_estimate.js";
+import { estimate, expectedEvaluations, formatBytes, formatFlops, modelSizeFromName } from "./wancore_estimate.js";
 
 const LATENT_NODES = ["WanCoreEmptyLatent", "EmptyHunyuanLatentVideo"];
 const SAMPLER = "WanCoreSampler";
 const LOADER = "WanCoreModelLoader";
+const CACHE = "WanCoreCache";
 const TARGETS = ["WanCoreEmptyLatent", SAMPLER];
 const LINE_HEIGHT = 15;
 const LINES = 4; // estimate lines (warning lines come on top)
@@ -109,11 +110,30 @@ function gather(node) {
     sampler = downstream(node, 0).find((n) => n.type === SAMPLER) ?? null;
   }
   const model = modelSettings(sampler ? upstream(sampler, "model") : null);
-  return { latent, model, sampler: sampler ? samplerSettings(sampler) : { steps: 30, guidance: 5.0 } };
+  const cacheNode = node.type === SAMPLER ? upstream(node, "cache") : null;
+  return { latent, model, sampler: sampler ? samplerSettings(sampler) : { steps: 30, guidance: 5.0 },
+           cache: cacheNode?.type === CACHE ? cacheSettings(cacheNode) : null };
+}
+
+// The WanCoreCache node's choice (-1 = the method's default).
+function cacheSettings(node) {
+  const value = (name) => {
+    const v = Number(widgetValue(node, [name], -1));
+    return v === -1 || Number.isNaN(v) ? null : v;
+  };
+  return { method: String(widgetValue(node, ["method"], "wan")), start: value("start"), end: value("end") };
+}
+
+// One line: the DiT evaluations the connected cache is expected to compute (exact for off/exact/wan).
+function cacheLine(cache, sampler, model, tokens) {
+  const c = expectedEvaluations({ ...cache, ...sampler, model: model.model, tokens });
+  const work = `≈ ${Math.round(c.work * 100)}% DiT work`;
+  if (c.exact) return `cache ${cache.method}: ${c.expected}/${c.total} DiT evaluations · ${work}`;
+  return `cache ${cache.method}: ≈ ${c.expected}/${c.total} DiT evaluations (published speed-up; ≥ ${c.minimum}) · ${work}`;
 }
 
 export function describe(node) {
-  const { latent, model, sampler } = gather(node);
+  const { latent, model, sampler, cache } = gather(node);
   if (!latent) return { lines: ["connect a WanCore Empty Video Latent to see the cost estimate"], problems: [] };
   const e = estimate({ ...latent, ...model, ...sampler });
   const sparse = model.skiparse !== "none"
@@ -125,7 +145,8 @@ export function describe(node) {
     `${who}: weights ${formatBytes(e.weight_bytes)} + activations ${formatBytes(e.activation_bytes)}`,
     `≈ ${formatBytes(e.peak_bytes)} peak · ${formatFlops(e.flops_total)} for ${sampler.steps} steps`,
   ];
-  return { lines, problems: e.problems };
+  const notes = cache ? [cacheLine(cache, sampler, model, e.tokens)] : [];
+  return { lines, problems: e.problems, notes };
 }
 
 function drawEstimate(node, ctx) {
@@ -136,7 +157,8 @@ function drawEstimate(node, ctx) {
   } catch (err) {
     info = { lines: [`estimate unavailable: ${err.message}`], problems: [] };
   }
-  const wanted = extraHeight(info.problems.length);
+  const notes = info.notes ?? [];
+  const wanted = extraHeight(info.problems.length + notes.length);
   // The widgets' own height: a size saved in a workflow file may not include our lines, so measure it.
   const base = typeof node.computeSize === "function" ? node.computeSize()[1]
     : node.size[1] - (node._wancoreExtra ?? 0);
@@ -144,7 +166,8 @@ function drawEstimate(node, ctx) {
     node._wancoreExtra = wanted;
     node.setSize([node.size[0], base + wanted]);
   }
-  const rows = [...info.problems.map((p) => ["#ff6b6b", `⚠ ${p}`]), ...info.lines.map((l) => ["#9aa", l])];
+  const rows = [...info.problems.map((p) => ["#ff6b6b", `⚠ ${p}`]), ...info.lines.map((l) => ["#9aa", l]),
+    ...notes.map((l) => ["#9c9", l])];
   const top = node.size[1] - rows.length * LINE_HEIGHT - 4;
   ctx.save();
   ctx.font = "11px sans-serif";

@@ -196,3 +196,86 @@ export function formatBytes(n) {
   }
   return `${Math.trunc(n)} B`;
 }
+
+// ---------------------------------------------------------------- diffusion cache (wan_core/cache/expected.py)
+
+export const CACHE_METHODS = ["off", "exact", "wan", "teacache", "magcache", "easycache", "calibrate"];
+const WAN_CACHE = { start: 0.2, end: 1.0, attentionInterval: 2 };
+const TEACACHE_E = { retention: 1, forceLast: true }; // published "e" mode
+const EASYCACHE = { retention: 0.2 };
+const MAGCACHE = { "1.3B": { retention: 0.2, maxSkips: 4 }, "14B": { retention: 0.2, maxSkips: 6 } };
+const PUBLISHED_SPEEDUP = { teacache: 2.0, magcache: 2.8, easycache: 2.4, wan: 1.62 };
+
+const stepIndex = (fraction, steps) => Math.min(steps, Math.max(0, Math.ceil(fraction * steps - 1e-9)));
+const wanCfgInterval = (steps) => Math.max(2, roundHalfEven(steps / 10));
+
+function windowOf(start, end, steps, interval) {
+  const first = stepIndex(start, steps), stop = stepIndex(end, steps);
+  const anchor = (i) => i - mod(i - first, interval);
+  return { anchor, reuses: (i) => i >= first && i < stop && anchor(i) !== i };
+}
+
+export function attentionShare(dim, ffnDim, tokens, textTokens = 512) {
+  const L = tokens, d = dim;
+  const selfAttn = 4 * L * L * d + 8 * L * d * d;
+  const cross = 4 * L * d * d + 4 * L * textTokens * d;
+  const ffn = 4 * L * d * ffnDim;
+  return selfAttn / (selfAttn + cross + ffn);
+}
+
+// Passes of one branch (0 cond, 1 uncond) that a huge threshold still computes (simulated).
+function forcedPasses(method, steps, model, start, end, branch) {
+  let k = Infinity, first, stop;
+  if (method === "magcache") {
+    const d = MAGCACHE[model] ?? MAGCACHE["1.3B"];
+    const calls = Math.trunc(2 * steps * (start ?? d.retention));
+    first = Math.min(steps, Math.max(0, Math.ceil((calls - branch) / 2)));
+    stop = end !== null && end !== undefined ? stepIndex(end, steps) : steps;
+    k = d.maxSkips;
+  } else if (method === "teacache") {
+    first = start !== null && start !== undefined ? stepIndex(start, steps) : Math.min(steps, TEACACHE_E.retention);
+    stop = end !== null && end !== undefined ? stepIndex(end, steps) : steps - (TEACACHE_E.forceLast ? 1 : 0);
+  } else {
+    first = stepIndex(start ?? EASYCACHE.retention, steps);
+    stop = end !== null && end !== undefined ? stepIndex(end, steps) : steps - 1;
+  }
+  const need = method === "easycache" ? 2 : 1;
+  let computed = 0, skipped = 0;
+  for (let i = 0; i < steps; i++) {
+    if (i >= first && i < stop && computed >= need && skipped < k) skipped += 1;
+    else { computed += 1; skipped = 0; }
+  }
+  return computed;
+}
+
+// Expected DiT evaluations of a cache setting (same keys and numbers as wan_core.cache.expected_evaluations).
+export function expectedEvaluations({
+  method = "exact", steps = 30, guidance = 5.0, model = "1.3B", tokens = 0, start = null, end = null,
+} = {}) {
+  if (!CACHE_METHODS.includes(method)) throw new Error(`cache: unknown method '${method}'; valid: ${CACHE_METHODS.join(", ")}`);
+  const branches = guidance === 0 || guidance === 1 ? 1 : 2;
+  const total = steps * branches;
+  let expected = total, minimum = total, exact = true, reused = 0;
+  if (method === "wan") {
+    const first = start ?? WAN_CACHE.start, last = end ?? WAN_CACHE.end;
+    const cfg = windowOf(first, last, steps, wanCfgInterval(steps));
+    const attn = windowOf(first, last, steps, WAN_CACHE.attentionInterval);
+    const uncond = [];
+    for (let i = 0; i < steps; i++) uncond.push(branches === 2 && !cfg.reuses(i));
+    expected = minimum = steps + uncond.filter(Boolean).length;
+    for (let i = 0; i < steps; i++) {
+      if (attn.reuses(i)) reused += 1;
+      if (branches === 2 && attn.reuses(i) && uncond[i] && uncond[attn.anchor(i)]) reused += 1;
+    }
+  } else if (["teacache", "magcache", "easycache"].includes(method)) {
+    exact = false;
+    minimum = 0;
+    for (let b = 0; b < branches; b++) minimum += forcedPasses(method, steps, model, start, end, b);
+    minimum = Math.min(total, minimum);
+    expected = Math.max(minimum, roundHalfEven(total / PUBLISHED_SPEEDUP[method]));
+  }
+  const dims = MODELS[model] ?? MODELS["1.3B"];
+  const share = tokens ? attentionShare(dims.dim, dims.ffn_dim, tokens) : 0.0;
+  const work = total ? (expected - reused * share) / total : 1.0;
+  return { total, expected, minimum, exact, attention_reused: reused, work };
+}

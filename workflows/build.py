@@ -223,7 +223,27 @@ def workflows() -> list[Workflow]:
         Node(7, "VAEDecode", {}, {"samples": (6, 0), "vae": (3, 0)}),
         *_output(7, "video/WanCore_native"),
     ])
-    return [basic, long_tiled, native, fast_workflow()]
+    return [basic, long_tiled, native, fast_workflow(), cached_workflow()]
+
+
+def cached_workflow() -> Workflow:
+    """t2v_basic with a WanCoreCache node (method wan) on the sampler's optional cache input."""
+    sampler = _sampler()
+    sampler.links["cache"] = (10, 0)
+    return Workflow("t2v_cached", "## WanCore: text to video with the Wan cache\n"
+                    "As t2v_basic, with a **WanCore Cache** node on the sampler: method *wan* (the Wan report's "
+                    "CFG cache and attention cache) does about 40% less DiT work at 30 steps; the sampler shows "
+                    "`cache wan: <computed>/<total> DiT evaluations` when it finishes, and the grey line under it "
+                    "the expected count. Other methods: exact (same output), teacache, magcache, easycache "
+                    "(faster, approximate); see docs/caches.md.\n" + _FILES_NOTE, [
+        *_loaders(),
+        _encode(PROMPT),
+        Node(5, "WanCoreEmptyLatent", {"width": 832, "height": 480, "frames": 81, "batch_size": 1}),
+        sampler,
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, "video/WanCore_cached"),
+        Node(10, "WanCoreCache", {"method": "wan"}),
+    ])
 
 
 def fast_workflow() -> Workflow:
@@ -327,6 +347,8 @@ def _node_size(node: Node, decl) -> list[int]:
         height += 110 if getattr(i, "multiline", False) else 24
     if node.type in _ESTIMATE_NODES:
         height += 4 * 15 + 8  # web/wancore.js extraHeight(0)
+    if node.type == "WanCoreSampler" and "cache" in node.links:
+        height += 15  # web/wancore.js: one more line with the cache's expected DiT evaluations
     width = 420 if node.type == "WanCoreTextEncode" else 360 if node.type in _ESTIMATE_NODES else 320
     if node.type == "SaveVideo":  # room for the video preview
         width, height = 420, 420

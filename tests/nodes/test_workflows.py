@@ -24,7 +24,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
-NAMES = ("t2v_basic", "t2v_fast", "t2v_long_tiled", "t2v_native_mix")
+NAMES = ("t2v_basic", "t2v_fast", "t2v_long_tiled", "t2v_native_mix", "t2v_cached")
 # Core ComfyUI node ids the workflows may use (read from ComfyUI 0.33's nodes.py / comfy_extras).
 CORE_NODE_IDS = {"VAELoader", "VAEDecode", "EmptyHunyuanLatentVideo", "CreateVideo", "SaveVideo"}
 UI_ONLY = {"MarkdownNote", "Note"}
@@ -235,7 +235,7 @@ def test_ui_workflow_is_valid(name, catalog, build):
 def test_ui_and_api_files_agree(name, catalog, build):
     ui, api = load_ui(name), load_api(name)
     runnable = [n for n in ui["nodes"] if n["type"] not in UI_ONLY and n["mode"] == 0]
-    assert sorted(str(n["id"]) for n in runnable) == sorted(api, key=int)
+    assert sorted((str(n["id"]) for n in runnable), key=int) == sorted(api, key=int)
     links = {link[0]: link for link in ui["links"]}
     for n in runnable:
         entry = api[str(n["id"])]
