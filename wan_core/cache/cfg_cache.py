@@ -30,8 +30,12 @@ def _disk(height: int, width: int, device) -> torch.Tensor:
     """Mask ``[H, W]`` of the unshifted 2D spectrum: True where the signed frequency indices satisfy
     ``fy^2 + fx^2 <= (min(H, W) // 5)^2`` (the centred disk after ``fftshift``)."""
     radius = min(height, width) // 5
-    fy = torch.fft.fftfreq(height, device=device) * height
-    fx = torch.fft.fftfreq(width, device=device) * width
+
+    def signed(n: int) -> torch.Tensor:  # integer frequency index: 0, 1, ..., then the negative half
+        k = torch.arange(n, device=device)
+        return torch.where(k < (n + 1) // 2, k, k - n)
+
+    fy, fx = signed(height), signed(width)
     return fy[:, None] ** 2 + fx[None, :] ** 2 <= radius ** 2
 
 
