@@ -43,6 +43,7 @@ class CacheReport:
     tokens: int = 0
     dim: int = 0
     ffn_dim: int = 0
+    text_len: int = 512
     calibration: object = None  # a calibration.Calibration after a "calibrate" run
 
     def __post_init__(self):
@@ -88,7 +89,7 @@ class CacheReport:
         """DiT work done as a fraction of the uncached run's (1.0 = no saving). ``share``: the self-attention
         share of a block (default: ``attention_share`` at this run's widths and token count)."""
         if share is None:
-            share = attention_share(self.dim, self.ffn_dim, self.tokens) if self.tokens else 0.0
+            share = attention_share(self.dim, self.ffn_dim, self.tokens, self.text_len) if self.tokens else 0.0
         layers = max(self.num_layers, 1)
         done = self.computed * layers - self.attention_reused * share
         return done / (self.total * layers) if self.total else 1.0

@@ -81,7 +81,8 @@ def start_session(cache, dit, steps: int, guidance: float) -> CacheSession:
         raise ValueError(f"cache {m}: steps={steps!r} must be an integer >= 1")
     branches = branches_for(guidance)
     report = CacheReport(m, steps, branches, num_layers=getattr(dit_config, "num_layers", 0),
-                         dim=getattr(dit_config, "dim", 0), ffn_dim=getattr(dit_config, "ffn_dim", 0))
+                         dim=getattr(dit_config, "dim", 0), ffn_dim=getattr(dit_config, "ffn_dim", 0),
+                         text_len=getattr(dit_config, "text_len", 512))
     session = CacheSession(report, config, text_kv=TextKVCache() if (config.uses_text_kv and hooks) else None,
                            uses_dit=hooks and m != "off")
     model = published_model(dit_config)

@@ -1,7 +1,8 @@
 """Plug-in contracts for step-aware caches (CFG cache, attention cache), used by ``cfg`` and ``loop``.
 
-Nothing here is implemented: these are the interfaces a later cache object fills (docs/algorithms.md section 4: the Wan
-report's CFG cache and attention cache, FasterCache-style). The loop tells every hook which step is about to
+These are the interfaces; ``wan_core.cache`` fills them (docs/algorithms.md section 4, docs/caches.md): its
+``CFGCache`` is a ``GuidanceCache`` (the Wan report's CFG cache) and its ``CacheSession`` a ``BranchCache``
+(text-KV, attention cache, TeaCache, MagCache, EasyCache). The loop tells every hook which step is about to
 run; the guidance wrapper asks a ``GuidanceCache`` whether the unconditional branch may be skipped and tells
 a ``BranchCache`` which branch the model is evaluating, so a cache inside the DiT keeps per-branch state.
 """
