@@ -1,14 +1,49 @@
-"""Tiny random-weight models for the ``tiny-random`` preset: the whole chain in seconds, output is noise.
+"""The built-in demo model and the tiny random-weight models.
 
-Used by the CLI (``--preset tiny-random``) and tests, until a trained demo model exists. Everything is built
-locally (a SentencePiece tokenizer is trained on a small built-in word list), nothing is downloaded.
+* ``builtin_paths()`` / ``load_demo_models()`` / ``DEMO_DEFAULTS``: a small Wan 2.1 model (DiT, VAE, umT5)
+  trained here on synthetic captioned videos ("a red circle moving left"), shipped in ``weights/`` and read
+  by the public loaders like any checkpoint (docs/demo_model.md). ``data``, ``score`` and ``train`` hold the
+  data generator, the prompt-following detector and the training command.
+* ``tiny_random_models()`` etc.: random weights for the ``tiny-random`` preset (the whole chain in seconds,
+  output is noise). Everything is built locally, nothing is downloaded.
 """
 from __future__ import annotations
 
 import io
 import random
+from pathlib import Path
 
 import torch
+
+from .model import DEMO_DEFAULTS, DemoDefaults
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+_FILES = {"dit": "dit.safetensors", "vae": "vae.safetensors", "text_encoder": "text_encoder.safetensors"}
+
+
+def builtin_paths() -> dict[str, Path]:
+    """``{"dit", "vae", "text_encoder"}`` -> the packaged demo files (the tokenizer is embedded in the text
+    encoder file as ``spiece_model``). Raises ``FileNotFoundError`` naming the missing file."""
+    paths = {k: WEIGHTS_DIR / v for k, v in _FILES.items()}
+    missing = [str(p) for p in paths.values() if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"the built-in demo model is missing {', '.join(missing)}; reinstall the package "
+                                f"or train it with: python -m wan_core train-demo --out DIR")
+    return paths
+
+
+def load_demo_models(device: torch.device | str = "cpu", **dit_options):
+    """(dit, vae, text_encoder) of the built-in demo model through the public loaders (float32).
+    ``dit_options``: ``load_dit`` keywords (attention, skiparse, weights, gemm, ...)."""
+    from ..dit.loader import load_dit
+    from ..text.encoder import load_text_encoder
+    from ..vae.loader import load_vae
+
+    paths = builtin_paths()
+    dit = load_dit(paths["dit"], device=device, **dit_options)
+    vae = load_vae(paths["vae"], dtype=torch.float32, device=device)
+    te = load_text_encoder(paths["text_encoder"], dtype=torch.float32, device=device)
+    return dit, vae, te
 
 _WORDS = ("a the of in on with and through over under cat dog fox person woman man child camera pans zooms "
           "slowly quickly bright dark red blue green golden sky river ocean mountain forest city street night "
@@ -45,8 +80,8 @@ def randomize_(module: torch.nn.Module) -> None:
 def random_vae_model(cfg=None, seed: int = 0) -> torch.nn.Module:
     """A Wan VAE model (default: the real 2.1 widths) with every tensor random: gains 1 + 0.1 N(0,1), other
     tensors N(0,1) / sqrt(fan_in). For benchmarks and memory probes, where outputs only need to be finite."""
-    from .vae.config import WAN21_VAE
-    from .vae.model import build_model
+    from ..vae.config import WAN21_VAE
+    from ..vae.model import build_model
 
     model = build_model(cfg or WAN21_VAE, "cpu")  # uninitialised storage, filled below
     gen = torch.Generator().manual_seed(seed)
@@ -62,12 +97,12 @@ def random_vae_model(cfg=None, seed: int = 0) -> torch.nn.Module:
 
 def tiny_random_models(seed: int = 0, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
     """(dit, vae, text_encoder) with random weights and matching widths (text dim 32)."""
-    from .config import DIT_PRESETS, TEXT_ENCODER_PRESETS
-    from .dit.model import WanDiT
-    from .text.encoder import build_umt5, load_text_encoder
-    from .vae.config import PRESETS as VAE_PRESETS
-    from .vae.loader import load_vae
-    from .vae.model import WanVAEModel
+    from ..config import DIT_PRESETS, TEXT_ENCODER_PRESETS
+    from ..dit.model import WanDiT
+    from ..text.encoder import build_umt5, load_text_encoder
+    from ..vae.config import PRESETS as VAE_PRESETS
+    from ..vae.loader import load_vae
+    from ..vae.model import WanVAEModel
 
     te_cfg = TEXT_ENCODER_PRESETS["tiny"]
     with torch.random.fork_rng(devices=[]):

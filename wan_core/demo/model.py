@@ -1,0 +1,38 @@
+"""The demo model's configurations (data) and its recommended generation settings.
+
+The three networks are the Wan 2.1 architectures at small widths: a 3-layer DiT (head_dim 128 as released),
+a Wan VAE with the same 8x spatial / 4x temporal compression and 16 latent channels, and a 2-layer umT5.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import DiTConfig, TextEncoderConfig
+from ..vae.config import VAEConfig
+
+DEMO_TEXT_ENCODER = TextEncoderConfig(vocab_size=32, d_model=64, d_kv=16, num_heads=4, d_ff=128, num_layers=2,
+                                      name="wancore-demo")
+DEMO_VAE = VAEConfig(base_dim=12, z_dim=16, dim_mult=(1, 2, 2, 4), num_res_blocks=1,
+                     temporal_downsample=(False, True, True), name="wancore-demo")
+# text_len 32 instead of Wan's 512: captions are <= 12 tokens, and the cross-attention keys over 512 padding
+# rows would cost more than the whole video stream at this size. Stored in the file header (``wan_text_len``).
+DEMO_DIT = DiTConfig(dim=256, ffn_dim=512, num_heads=2, num_layers=3, text_dim=DEMO_TEXT_ENCODER.d_model,
+                     text_len=32, name="wancore-demo")
+
+
+@dataclass(frozen=True)
+class DemoDefaults:
+    """Generation settings the demo model was tuned for (64x64, 17 frames: what it was trained on most)."""
+
+    width: int = 64
+    height: int = 64
+    frames: int = 17
+    steps: int = 20
+    guidance: float = 4.0
+    shift: float = 3.0
+    fps: int = 8
+    solver: str = "unipc"
+    negative_prompt: str = ""
+
+
+DEMO_DEFAULTS = DemoDefaults()

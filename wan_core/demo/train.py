@@ -1,0 +1,378 @@
+"""Train the built-in demo model: ``python -m wan_core train-demo --out DIR``.
+
+Four resumable stages, each skipped when its output exists in ``DIR``:
+
+1. ``text_encoder.safetensors``: a SentencePiece tokenizer trained on the caption vocabulary (embedded as
+   ``spiece_model``) and a tiny umT5 encoder (``transformers`` code, as the real one) left at its seeded
+   random initialisation and frozen: the DiT learns to read its outputs.
+2. ``vae.safetensors``: a small Wan 2.1 VAE (same module code, smaller widths) trained for reconstruction on
+   crops of synthetic clips, then its latent convs rescaled so raw latents have Wan 2.1's per-channel mean
+   and std (the pipeline normalises with those fixed constants, ``latent_format``).
+3. ``latents.pt``: the training clips encoded once with that VAE (normalised latents) and their prompt
+   embeddings.
+4. ``dit.safetensors``: a small Wan DiT trained with ``wan_core.train.train`` (flow matching, logit-normal
+   timesteps, bucket sampler, adaptive clipping), checkpoints in ``dit_ckpt/`` so an interrupted run resumes.
+
+Losses go to ``DIR/log.jsonl`` and the stage summaries to ``DIR/summary.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from . import data as D
+from ._trainable import autograd_safe_vae
+from .model import DEMO_DIT, DEMO_TEXT_ENCODER, DEMO_VAE
+
+
+@dataclass
+class DemoTrainConfig:
+    """Step counts and sizes of the shipped run (see docs/demo_model.md)."""
+
+    vae_steps: int = 2000
+    vae_batch: int = 4
+    vae_crop: int = 32
+    vae_frames: int = 5
+    vae_lr: float = 1e-3
+    num_clips: int = 800
+    dit_steps: int = 2000
+    dit_batch: int = 8
+    dit_lr: float = 4e-4
+    dit_warmup: int = 100
+    caption_dropout: float = 0.1
+    seed: int = 0
+    threads: int = 1  # a shared CPU: one thread ran ~10x faster than two
+
+
+def _log(out: str, **record) -> None:
+    with open(os.path.join(out, "log.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _summary(out: str, **update) -> dict:
+    path = os.path.join(out, "summary.json")
+    summary = json.load(open(path, encoding="utf-8")) if os.path.exists(path) else {}
+    summary.update(update)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return summary
+
+
+def _save(tensors: dict, path: str, metadata: dict | None = None) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, path + ".tmp", metadata=metadata)
+    os.replace(path + ".tmp", path)
+
+
+# ----------------------------------------------------------------------------------------- 1. text encoder
+def all_captions() -> list[str]:
+    """Every single-object caption and every two-object caption of the grammar (tokenizer training text)."""
+    singles = [f"a {c} {s} moving {d}" for c in D.COLOURS for s in D.SHAPES for d in D.DIRECTIONS]
+    pairs = [f"{a} and {b}" for a in singles for b in singles if a.split()[1] != b.split()[1]]
+    return singles + pairs
+
+
+def train_tokenizer(vocab_size: int = DEMO_TEXT_ENCODER.vocab_size) -> bytes:
+    """A SentencePiece word model with umT5's special ids (pad 0, EOS 1, unk 2, no BOS) on the captions: one
+    token per caption word; any other word becomes the unknown token."""
+    import sentencepiece as spm
+
+    rng = random.Random(0)
+    lines = all_captions()
+    rng.shuffle(lines)
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines[:4000]), model_writer=buf, vocab_size=vocab_size, model_type="word",
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, character_coverage=1.0, minloglevel=2, num_threads=1,
+        hard_vocab_limit=False,
+    )
+    return buf.getvalue()
+
+
+def stage_text_encoder(out: str, cfg: DemoTrainConfig) -> None:
+    from ..text.encoder import build_umt5
+
+    path = os.path.join(out, "text_encoder.safetensors")
+    if os.path.exists(path):
+        return
+    spiece = train_tokenizer()
+    torch.manual_seed(cfg.seed + 1)
+    model = build_umt5(DEMO_TEXT_ENCODER, device="cpu")  # transformers' own initialisation, seeded
+    sd = {k: v for k, v in model.state_dict().items() if k != "encoder.embed_tokens.weight"}
+    sd["spiece_model"] = torch.frombuffer(bytearray(spiece), dtype=torch.uint8)
+    _save(sd, path)
+    _summary(out, text_encoder={"trained": False, "note": "seeded random init, frozen",
+                                "spiece_pieces": len(spiece)})
+
+
+# ----------------------------------------------------------------------------------------- 2. VAE
+def _vae_batch(rng: random.Random, cfg: DemoTrainConfig) -> torch.Tensor:
+    """[B, 3, vae_frames, crop, crop] crops of random training clips (half of them centred on an object)."""
+    crops = []
+    c = cfg.vae_crop
+    while len(crops) < cfg.vae_batch:
+        spec = D.clip_spec(rng.randrange(D.TRAIN_SEED_LIMIT))
+        video = D.render(spec)
+        t0 = rng.randrange(0, spec.frames - cfg.vae_frames + 1)
+        if rng.random() < 0.5:
+            ox, oy = spec.objects[0].centre(t0 + cfg.vae_frames // 2)
+            x0 = int(min(max(ox - c / 2 + rng.uniform(-6, 6), 0), spec.width - c))
+            y0 = int(min(max(oy - c / 2 + rng.uniform(-6, 6), 0), spec.height - c))
+        else:
+            x0, y0 = rng.randrange(spec.width - c + 1), rng.randrange(spec.height - c + 1)
+        crops.append(video[:, t0:t0 + cfg.vae_frames, y0:y0 + c, x0:x0 + c])
+    return torch.stack(crops)
+
+
+def _lr(step: int, total: int, peak: float, warmup: int = 100, floor: float = 0.05) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    p = (step - warmup) / max(total - warmup, 1)
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(p, 1.0))))
+
+
+def heldout_videos(n: int = 8) -> list[torch.Tensor]:
+    """Held-out clips (seeds beyond the training range) at the demo size, [1, 3, T, H, W] each."""
+    return [D.make_clip(D.TRAIN_SEED_LIMIT + 500 + i, width=64, height=64, frames=17)[0][None] for i in range(n)]
+
+
+def psnr_of_mse(mse: float) -> float:
+    """PSNR in dB for videos in [-1, 1] (peak-to-peak 2)."""
+    return 10 * math.log10(4.0 / max(mse, 1e-12))
+
+
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    """PSNR in dB of videos in [-1, 1] (peak-to-peak 2)."""
+    return psnr_of_mse(float(torch.mean((a.float() - b.float()) ** 2)))
+
+
+def stage_vae(out: str, cfg: DemoTrainConfig) -> None:
+    from tqdm.auto import tqdm
+
+    from ..vae.model import WanVAEModel
+
+    path = os.path.join(out, "vae.safetensors")
+    if os.path.exists(path):
+        return
+    ckpt = os.path.join(out, "vae_ckpt.pt")
+    torch.manual_seed(cfg.seed + 2)
+    model = WanVAEModel(DEMO_VAE)
+    with torch.no_grad():  # RMS-norm gains start at 1 (the module creates them empty), biases at 0
+        for name, p in model.named_parameters():
+            if name.endswith("gamma"):
+                p.fill_(1.0)
+            elif name.endswith("bias"):
+                p.zero_()
+    decay = [p for n, p in model.named_parameters() if not n.endswith(("bias", "gamma"))]
+    no_decay = [p for n, p in model.named_parameters() if n.endswith(("bias", "gamma"))]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.vae_lr)
+    start = 0
+    if os.path.exists(ckpt):
+        state = torch.load(ckpt, weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"]
+    t0 = time.time()
+    model.train()
+    with autograd_safe_vae():
+        bar = tqdm(total=cfg.vae_steps, initial=start, desc="vae", dynamic_ncols=True)
+        for step in range(start, cfg.vae_steps):
+            rng = random.Random(cfg.seed * 1_000_003 + step)
+            x = _vae_batch(rng, cfg)
+            for g in opt.param_groups:
+                g["lr"] = _lr(step, cfg.vae_steps, cfg.vae_lr)
+            z = model.encode_chunk(x, None)
+            z = z + 0.02 * z.detach().std() * torch.randn_like(z)  # a decoder that tolerates small latent errors
+            y = model.decoder(model.conv2(z))
+            mse = torch.mean((y - x) ** 2)
+            loss = mse + 0.1 * torch.mean((y - x).abs())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            mse = mse.detach()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+            bar.update(1)
+            bar.set_postfix(psnr=f"{psnr_of_mse(float(mse)):.1f}")
+            if step % 50 == 0 or step == cfg.vae_steps - 1:
+                _log(out, stage="vae", step=step, loss=float(loss), mse=float(mse), psnr=round(psnr_of_mse(float(mse)), 2))
+            if (step + 1) % 250 == 0:
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt + ".tmp")
+                os.replace(ckpt + ".tmp", ckpt)
+        bar.close()
+    model.eval()
+    whiten_latents_(model)
+    _save(model.state_dict(), path)
+    _summary(out, vae={"steps": cfg.vae_steps, "wall_s": round(time.time() - t0, 1),
+                       "final_mse": float(mse), "params": sum(p.numel() for p in model.parameters())})
+
+
+@torch.no_grad()
+def whiten_latents_(model) -> None:
+    """Fold an exact per-channel affine map into ``conv1`` (mean rows) and ``conv2`` so that the raw latents of
+    training clips have Wan 2.1's ``LATENTS_MEAN`` / ``LATENTS_STD``: the DiT then sees ~unit-variance latents
+    through the pipeline's fixed normalisation (``latent_format.to_model``)."""
+    from .. import latent_format as LF
+
+    zs = [model.encode_chunk(D.make_clip(s, width=64, height=64, frames=9)[0][None], None) for s in range(8)]
+    z = torch.cat([q.transpose(0, 1).flatten(1) for q in zs], dim=1)  # [C, N]
+    m, s = z.mean(1), z.std(1).clamp_min(1e-4)
+    a = torch.tensor(LF.LATENTS_STD) / s
+    b = torch.tensor(LF.LATENTS_MEAN) - a * m
+    zd = DEMO_VAE.z_dim
+    w1, b1 = model.conv1.weight, model.conv1.bias  # [2z, 2z, 1, 1, 1]
+    w1[:zd] *= a.view(-1, 1, 1, 1, 1)
+    b1[:zd] = a * b1[:zd] + b
+    w2, b2 = model.conv2.weight, model.conv2.bias  # conv2(mu) = W mu + c, mu = (z - b) / a
+    w2_new = w2 / a.view(1, -1, 1, 1, 1)
+    b2 -= (w2_new.flatten(1) @ b)
+    w2.copy_(w2_new)
+
+
+# ----------------------------------------------------------------------------------------- 3. latents
+def stage_latents(out: str, cfg: DemoTrainConfig) -> None:
+    from tqdm.auto import tqdm
+
+    from .. import latent_format as LF
+    from ..sampling import DEFAULT_NEGATIVE_PROMPT
+    from ..text.encoder import load_text_encoder
+    from ..vae.loader import load_vae
+
+    path = os.path.join(out, "latents.pt")
+    if os.path.exists(path):
+        return
+    vae = load_vae(os.path.join(out, "vae.safetensors"), dtype=torch.float32)
+    te = load_text_encoder(os.path.join(out, "text_encoder.safetensors"), cache_size=0)
+    specs = [D.clip_spec(s) for s in D.training_seeds(cfg.num_clips)]
+    captions = sorted({s.caption for s in specs})
+    emb = dict(zip(captions, te.encode(captions)))
+    uncond = dict(zip(("", DEFAULT_NEGATIVE_PROMPT), te.encode(["", DEFAULT_NEGATIVE_PROMPT])))
+    groups: dict[tuple, list] = {}
+    for s in specs:
+        groups.setdefault((s.frames, s.height, s.width), []).append(s)
+    latents, caps = [], []
+    t0 = time.time()
+    with torch.no_grad(), tqdm(total=len(specs), desc="encode", dynamic_ncols=True) as bar:
+        for key, group in groups.items():
+            for i in range(0, len(group), 8):
+                chunk = group[i:i + 8]
+                video = torch.stack([D.render(s) for s in chunk])
+                z = LF.to_model(vae.model.encode_full(video))
+                latents += list(z)
+                caps += [s.caption for s in chunk]
+                bar.update(len(chunk))
+    torch.save({"latents": latents, "captions": caps, "embeddings": emb, "uncond": uncond,
+                "seeds": [s.seed for s in specs]}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    allz = torch.cat([z.flatten(1) for z in latents], 1)
+    _summary(out, latents={"clips": len(latents), "wall_s": round(time.time() - t0, 1),
+                           "mean": float(allz.mean()), "std": float(allz.std()),
+                           "buckets": {"x".join(map(str, k)): len(v) for k, v in groups.items()}})
+
+
+class LatentDataset(torch.utils.data.Dataset):
+    """(normalised latent [16, F, H, W], prompt embedding [L, D]); ``dropout`` of the draws use an
+    unconditional embedding (the empty prompt or the default negative prompt) so guidance has a baseline."""
+
+    def __init__(self, blob: dict, dropout: float, seed: int = 0):
+        self.latents = blob["latents"]
+        self.captions = blob["captions"]
+        self.emb = blob["embeddings"]
+        self.uncond = list(blob["uncond"].values())
+        self.dropout = dropout
+        self.rng = random.Random(seed)
+        self.shapes = [tuple(z.shape[1:]) for z in self.latents]
+
+    def __len__(self) -> int:
+        return len(self.latents)
+
+    def __getitem__(self, i: int):
+        if self.rng.random() < self.dropout:
+            ctx = self.rng.choice(self.uncond)
+        else:
+            ctx = self.emb[self.captions[i]]
+        return self.latents[i], ctx
+
+
+# ----------------------------------------------------------------------------------------- 4. DiT
+def stage_dit(out: str, cfg: DemoTrainConfig) -> None:
+    from ..dit.model import WanDiT
+    from ..train.loop import TrainConfig, train
+
+    path = os.path.join(out, "dit.safetensors")
+    if os.path.exists(path):
+        return
+    blob = torch.load(os.path.join(out, "latents.pt"), weights_only=False)
+    dataset = LatentDataset(blob, cfg.caption_dropout, cfg.seed)
+    torch.manual_seed(cfg.seed + 3)
+    model = WanDiT(DEMO_DIT)
+    with torch.no_grad():  # zero output projection: the untrained model predicts 0 velocity
+        model.head.head.weight.zero_()
+        model.head.head.bias.zero_()
+    tcfg = TrainConfig(max_steps=cfg.dit_steps, batch_size=cfg.dit_batch, lr=cfg.dit_lr,
+                       warmup_steps=cfg.dit_warmup, lr_schedule="cosine", min_lr_ratio=0.05, seed=cfg.seed,
+                       checkpoint_dir=os.path.join(out, "dit_ckpt"), checkpoint_every=200, keep_last=2)
+    t0 = time.time()
+    result = train(model, dataset, tcfg, resume="latest")
+    first = result.step - len(result.losses)
+    for i in range(0, len(result.losses), 25):
+        chunk = result.losses[i:i + 25]
+        _log(out, stage="dit", step=first + i, loss=sum(chunk) / len(chunk))
+    if result.interrupted or result.step < cfg.dit_steps:
+        return
+    _save(model.state_dict(), path, metadata={"wan_text_len": str(DEMO_DIT.text_len)})
+    tail = result.losses[-200:]
+    _summary(out, dit={"steps": result.step, "wall_s_last_run": round(time.time() - t0, 1),
+                       "final_loss_mean_last_200": sum(tail) / max(len(tail), 1),
+                       "params": sum(p.numel() for p in model.parameters()),
+                       "clipped": sum(s != "ok" for s in result.clip_status)})
+
+
+# ----------------------------------------------------------------------------------------- driver
+def run(out: str, cfg: DemoTrainConfig | None = None) -> dict:
+    """Run (or resume) every stage into ``out``; returns the summary."""
+    cfg = cfg or DemoTrainConfig()
+    torch.set_num_threads(cfg.threads)
+    os.makedirs(out, exist_ok=True)
+    t0 = time.time()
+    _summary(out, config=asdict(cfg), command=" ".join(["python -m wan_core train-demo"] + sys.argv[2:]))
+    for name, stage in (("text_encoder", stage_text_encoder), ("vae", stage_vae), ("latents", stage_latents),
+                        ("dit", stage_dit)):
+        s0 = time.time()
+        stage(out, cfg)
+        _log(out, stage=name, done=True, wall_s=round(time.time() - s0, 1))
+        print(f"train-demo: stage {name} done ({time.time() - s0:.0f}s)", file=sys.stderr)
+    return _summary(out, total_wall_s_last_run=round(time.time() - t0, 1))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="output folder (run the same command again to resume)")
+    for flag in ("--vae-steps", "--dit-steps", "--clips", "--threads"):
+        p.add_argument(flag, type=int, default=None, help="default: the shipped run's value")
+
+
+def main(args) -> int:
+    """``python -m wan_core train-demo``: flags left at None keep :class:`DemoTrainConfig`'s values."""
+    d = DemoTrainConfig()
+    cfg = DemoTrainConfig(vae_steps=args.vae_steps or d.vae_steps, dit_steps=args.dit_steps or d.dit_steps,
+                          num_clips=args.clips or d.num_clips, threads=args.threads or d.threads)
+    summary = run(args.out, cfg)
+    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=1), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(prog="python -m wan_core.demo.train")
+    add_arguments(ap)
+    sys.exit(main(ap.parse_args()))
