@@ -62,3 +62,79 @@ def test_js_expectation_equals_python(tmp_path):
         for k, v in want.items():
             ok = math.isclose(v, got[k], rel_tol=1e-12, abs_tol=1e-15) if isinstance(v, float) else v == got[k]
             assert ok, (setting, k, v, got[k])
+
+
+CANVAS = """
+import { app } from "./scripts/app.js";
+await import("./extensions/wancore/wancore.js");
+const ext = app.extensions.find((e) => e.name === "WanCore.estimate");
+const types = {};
+for (const name of ["WanCoreEmptyLatent", "WanCoreSampler", "WanCoreCache"]) {
+  const proto = { setSize(s) { this.size = s; }, computeSize() { return [300, 180]; } };
+  const nodeType = { prototype: proto };
+  await ext.beforeRegisterNodeDef(nodeType, { name }, app);
+  types[name] = nodeType;
+}
+const links = new Map(), nodes = new Map();
+const graph = { links, getNodeById: (id) => nodes.get(id) };
+app.graph = graph;
+function make(id, type, widgets, inputs = [], outputs = []) {
+  const n = Object.create(types[type].prototype);
+  Object.assign(n, { id, type, graph, size: [300, 180], flags: {},
+    widgets: Object.entries(widgets).map(([name, value]) => ({ name, value })),
+    inputs: inputs.map((name) => ({ name, link: null })), outputs: outputs.map(() => ({ links: [] })) });
+  n.onNodeCreated?.();
+  nodes.set(id, n);
+  return n;
+}
+function connect(id, from, slot, to, inputName) {
+  links.set(id, { id, origin_id: from.id, origin_slot: slot, target_id: to.id });
+  from.outputs[slot].links.push(id);
+  to.inputs.find((i) => i.name === inputName).link = id;
+}
+function draw(node) {
+  const texts = [];
+  const ctx = { save() {}, restore() {}, fillText(t) { texts.push(t); } };
+  node.onDrawForeground(ctx);
+  return texts;
+}
+const cfg = JSON.parse(process.argv[2]);
+const latent = make(1, "WanCoreEmptyLatent", { width: 832, height: 480, frames: 81, batch_size: 1 }, [], ["latent"]);
+const sampler = make(2, "WanCoreSampler", cfg.sampler, ["model", "embeds", "latent", "cache"], ["latent"]);
+const plain = make(3, "WanCoreSampler", cfg.sampler, ["model", "embeds", "latent", "cache"], ["latent"]);
+const cache = make(4, "WanCoreCache", cfg.cache, [], ["cache"]);
+connect(1, latent, 0, sampler, "latent");
+connect(2, latent, 0, plain, "latent");
+connect(3, cache, 0, sampler, "cache");
+console.log(JSON.stringify({ cached: draw(sampler), plain: draw(plain), latent: draw(latent),
+                             heights: [sampler.size[1], plain.size[1]] }));
+"""
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js is not installed (CI has it)")
+@pytest.mark.parametrize("cache,line", [
+    ({"method": "wan", "threshold": -1, "start": -1, "end": -1},
+     "cache wan: 44/60 DiT evaluations · ≈ 58% DiT work"),
+    ({"method": "magcache", "threshold": 0.3, "start": -1, "end": -1},
+     "cache magcache: ≈ 21/60 DiT evaluations (published speed-up; ≥ 20) · ≈ 35% DiT work"),
+])
+def test_canvas_shows_the_connected_caches_expected_evaluations(tmp_path, cache, line):
+    ext = tmp_path / "extensions" / "wancore"
+    ext.mkdir(parents=True)
+    for p in WEB.iterdir():
+        shutil.copy(p, ext / p.name)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "app.js").write_text(
+        "export const app = { extensions: [], registerExtension(e) { this.extensions.push(e); }, graph: null };")
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "harness.js").write_text(CANVAS)
+    settings = {"sampler": {"steps": 30, "guidance": 6.0}, "cache": cache}
+    res = subprocess.run([NODE, str(tmp_path / "harness.js"), json.dumps(settings)], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert line in out["cached"]
+    e = expected_evaluations(cache["method"], 30, 6.0, tokens=32760)
+    assert f"{e['expected']}/{e['total']} DiT evaluations" in line and f"{round(100 * e['work'])}% DiT work" in line
+    assert not any("cache" in t for t in out["plain"] + out["latent"])  # only a sampler with a cache node
+    assert out["heights"][0] == out["heights"][1] + 15  # the node grew by the one extra line
