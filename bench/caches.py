@@ -43,13 +43,21 @@ def load(args):
             from wan_core.demo.evaluate import generation_config
             from wan_core.demo.score import score_clip
 
-            dit, vae, te = load_demo_models()
+            if args.weights:  # a train-demo output folder (before its files are packaged)
+                from wan_core import load_dit, load_text_encoder, load_vae
+
+                folder = Path(args.weights)
+                dit = load_dit(folder / "dit.safetensors")
+                vae = load_vae(folder / "vae.safetensors", dtype=torch.float32)
+                te = load_text_encoder(folder / "text_encoder.safetensors", dtype=torch.float32)
+            else:
+                dit, vae, te = load_demo_models()
             pairs = list(demo_data.HELD_OUT[: args.prompts])
             base = generation_config(pairs[0][0], pairs[0][1])
             settings = {k: getattr(base, k) for k in ("width", "height", "frames", "steps", "guidance", "shift",
                                                       "solver", "negative_prompt")}
             return dit, vae, te, pairs, settings, score_clip, "built-in demo model"
-        except (ImportError, FileNotFoundError, AttributeError) as e:
+        except (ImportError, FileNotFoundError, AttributeError, OSError) as e:
             print(f"demo model not available ({type(e).__name__}: {e}); using tiny random models "
                   f"(evaluations and timing only)", file=sys.stderr)
     from wan_core.demo import tiny_random_models
@@ -73,6 +81,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=None, help="sampling steps (default: the model's, demo 20)")
     p.add_argument("--presets", nargs="+", default=list(PRESETS), choices=PRESETS)
     p.add_argument("--tiny", action="store_true", help="tiny random models even if the demo model is installed")
+    p.add_argument("--weights", default=None, help="demo model files from a train-demo --out folder")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = p.parse_args(argv)
     if args.threads:

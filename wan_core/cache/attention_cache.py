@@ -86,7 +86,7 @@ class AttentionCache:
     def estimate(self, branch: str, step: int, layer: int) -> torch.Tensor:
         st = self._stored[branch]
         new = st.new[layer]
-        if self.mode == "reuse" or st.old_step is None or layer not in st.old:
+        if self.mode == "reuse" or st.step is None or st.old_step is None or layer not in st.old:
             return new
         w = (step - st.step) / (st.step - st.old_step)
         return (new.float() + w * (new.float() - st.old[layer].float())).to(new.dtype)

@@ -172,6 +172,9 @@ class Calibrator:
         st["e_now"], st["e0_now"] = e.float().clone(), e0.float().clone()
         return True
 
+    def residual(self, branch: str) -> torch.Tensor:
+        raise RuntimeError("the calibrate method computes every step; nothing is reused")
+
     def computed(self, branch: str, step: int, residual: torch.Tensor) -> None:
         st = self._last[branch]
         r = residual.float()

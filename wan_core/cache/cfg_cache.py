@@ -79,6 +79,8 @@ class CFGCache:
         return skip
 
     def estimate_uncond(self, v_cond: torch.Tensor) -> torch.Tensor:
+        if self.low is None or self.high is None:
+            raise RuntimeError("CFGCache.estimate_uncond before any record(); skip_uncond() must have said False")
         t = self.timestep
         if self.low_window[0] < t < self.low_window[1]:
             self.low.mul_(self.alpha_low)

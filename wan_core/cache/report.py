@@ -10,6 +10,10 @@ in one number.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .calibration import Calibration
 
 __all__ = ["COMPUTED", "ESTIMATED", "REUSED", "CacheReport", "attention_share"]
 
@@ -44,7 +48,7 @@ class CacheReport:
     dim: int = 0
     ffn_dim: int = 0
     text_len: int = 512
-    calibration: object = None  # a calibration.Calibration after a "calibrate" run
+    calibration: Calibration | None = None  # after a "calibrate" run
 
     def __post_init__(self):
         self.status = [{} for _ in range(self.steps)]

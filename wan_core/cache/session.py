@@ -155,7 +155,7 @@ class CacheSession:
         self.uses_dit = uses_dit
         self.cfg_cache: CFGCache | None = None
         self.attention: AttentionCache | None = None
-        self.block_policy = None   # TeaCache | MagCache | Calibrator: may reuse the block-stack residual
+        self.block_policy: TeaCache | MagCache | Calibrator | None = None  # may reuse the block-stack residual
         self.model_policy: EasyCache | None = None
         self.calibrator: Calibrator | None = None
         self.dit_config = None
@@ -252,6 +252,7 @@ class CacheSession:
                 for s in segs:
                     pol.computed(s.branch, self.step, out[s.rows] - h[s.rows])
         else:
+            assert pol is not None  # only a policy says "reuse"
             parts = []
             for s, compute in zip(segs, decide):
                 hs = h[s.rows]
