@@ -24,7 +24,7 @@ def text_encode(text_encoder, positive: str, negative: str = DEFAULT_NEGATIVE_PR
     check_prompt(positive, "positive")
     check_prompt(negative, "negative", allow_empty=True)
     with host.on_device(text_encoder), torch.inference_mode():
-        cond, uncond = text_encoder.encode([positive, negative])
+        cond, uncond = text_encoder.encode([positive, negative], interrupt=host.check_interrupt)
     return ({"cond": [cond.cpu()], "uncond": [uncond.cpu()], "positive": positive, "negative": negative},)
 
 

@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import torch
 
+from wan_core import progress as _progress
+
 try:  # ComfyUI present
     import folder_paths as _folder_paths  # type: ignore[import-not-found]
     import comfy.model_management as _mm  # type: ignore[import-not-found]
@@ -33,8 +35,9 @@ _FALLBACK_FOLDERS = {
 }
 
 
-class Interrupted(Exception):
-    """Raised by ``check_interrupt`` outside ComfyUI (inside it, ComfyUI's own exception is raised)."""
+# Raised by ``check_interrupt`` outside ComfyUI (inside it, ComfyUI's own exception is raised): the core's one
+# interrupt exception, so the CLI, the pipeline and the nodes catch the same thing.
+Interrupted = _progress.Interrupted
 
 
 _interrupt = threading.Event()
@@ -204,7 +207,7 @@ def client_message(text: str) -> str:
     API clients (validation results, node errors). The core keeps full paths for command-line users."""
     for prefix, label in _path_labels():
         if prefix and prefix in text:  # the whole path component only: /m/vae, not /m/vae2
-            text = re.sub(re.escape(prefix) + r"(?![\w.-])", lambda _: label, text)
+            text = re.sub(re.escape(prefix) + r"(?![\w.-])", lambda _, label=label: label, text)
     return text
 
 
@@ -272,7 +275,7 @@ def check_interrupt() -> None:
         _mm.throw_exception_if_processing_interrupted()
     if _interrupt.is_set():
         _interrupt.clear()
-        raise Interrupted("interrupted by the user")
+        raise Interrupted("work (the user asked to stop)")
 
 
 class Progress:

@@ -116,6 +116,22 @@ def test_progress_and_interrupt(tiny):
     assert len(te.cached_prompts()) == 2  # work done before the interrupt is kept
 
 
+def test_interrupt_callback_stops_between_batches(tiny):
+    """The shared contract (wan_core.progress): interrupt() is asked before each batch; True -> Interrupted."""
+    from wan_core.progress import Interrupted
+
+    te = load_text_encoder(tiny.files["comfy_st"], dtype=torch.float32, cache_size=8)
+    asked = []
+
+    def interrupt():
+        asked.append(len(asked))
+        return len(asked) > 2
+
+    with pytest.raises(Interrupted, match=r"text encoding interrupted before 3 of 6"):
+        te.encode(H.PROMPTS, batch_size=1, interrupt=interrupt)
+    assert len(te.cached_prompts()) == 2 and len(asked) == 3
+
+
 def test_cast_clears_the_cache(tiny, reference_outputs):
     te = load_text_encoder(tiny.files["comfy_st"], dtype=torch.float32)
     te.encode(H.PROMPTS[:2])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -36,13 +36,13 @@ from .keys import (
     hf_to_official,
     official_to_hf,
 )
+from ..progress import InterruptFn, ProgressFn, check_interrupt
 from .prompt import clean_prompt
 from .tokenizer import PromptTokenizer, TokenizerError, load_tokenizer, tokenizer_file_in
 
 NO_TOKENIZER_HINT = ("no tokenizer: pass tokenizer=<folder with spiece.model or tokenizer.json>, or use a ComfyUI "
                      "umt5 file that embeds spiece_model")
 
-ProgressFn = Callable[[int, int], None]
 _HF_BLOCK_RE = re.compile(r"^encoder\.block\.(\d+)\.")
 
 
@@ -79,7 +79,7 @@ def detect_text_encoder_config(shapes: Mapping[str, Sequence[int]], source: str 
     cfg = TextEncoderConfig(vocab_size=vocab, d_model=d_model, d_kv=inner // heads, num_heads=heads,
                             d_ff=int(shapes[need[3]][0]), num_layers=max(layers) + 1,
                             relative_attention_num_buckets=buckets, **extra)
-    for name, preset in TEXT_ENCODER_PRESETS.items():
+    for preset in TEXT_ENCODER_PRESETS.values():
         if preset.replace(name="custom") == cfg:
             return preset
     return cfg
@@ -200,13 +200,15 @@ class TextEncoder:
 
     # encoding --------------------------------------------------------------------------------------
     def encode(self, prompts: Sequence[str] | str, batch_size: int | None = None,
-               progress: ProgressFn | None = None) -> list[torch.Tensor]:
+               progress: ProgressFn | None = None, interrupt: InterruptFn | None = None) -> list[torch.Tensor]:
         """Encode prompts -> list of ``[L_i, d_model]`` float32 tensors (real tokens + EOS,
         docs/wan_spec.md section 4.1).
 
         Prompts are cleaned (HTML unescape, whitespace), cached prompts are not re-encoded, the others run
         in batches of ``batch_size`` (padding masked). ``progress(done, total)`` is called after each batch
-        with the number of prompts encoded so far out of those not cached; it may raise to interrupt.
+        with the number of prompts encoded so far out of those not cached. ``interrupt()`` is asked before
+        each batch (``wan_core.progress``): a true answer raises ``Interrupted``; prompts encoded before are
+        kept in the cache.
         """
         if isinstance(prompts, str):
             prompts = [prompts]
@@ -222,16 +224,18 @@ class TextEncoder:
             else:
                 found[k] = hit
         if todo:
-            found.update(self._run(todo, batch_size or self.batch_size, progress))
+            found.update(self._run(todo, batch_size or self.batch_size, progress, interrupt))
         device = self.device
         return [found[k].to(device, copy=True) for k in keys]
 
-    def _run(self, texts: list[str], batch_size: int, progress: ProgressFn | None) -> dict[str, torch.Tensor]:
+    def _run(self, texts: list[str], batch_size: int, progress: ProgressFn | None,
+             interrupt: InterruptFn | None = None) -> dict[str, torch.Tensor]:
         rows = {t: self.tokenizer.token_ids(t, self.max_length) for t in texts}
         order = sorted(texts, key=lambda t: len(rows[t]), reverse=True)  # similar lengths share a batch
         out: dict[str, torch.Tensor] = {}
         device = self.device
         for start in range(0, len(order), max(1, batch_size)):
+            check_interrupt(interrupt, "text encoding", len(out), len(order))
             chunk = order[start:start + max(1, batch_size)]
             width = max(len(rows[t]) for t in chunk)
             ids = torch.full((len(chunk), width), self.tokenizer.pad_id, dtype=torch.long)
@@ -302,7 +306,7 @@ def load_text_encoder(
     config: TextEncoderConfig | str | None = None,
     cache_size: int = 16,
     batch_size: int = 8,
-    progress: Callable[[int, int], None] | None = None,
+    progress: ProgressFn | None = None,
 ) -> TextEncoder:
     """Load the umT5 encoder of Wan 2.1 and its tokenizer (``progress(done, total)`` per tensor read).
 
