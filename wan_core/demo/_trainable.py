@@ -22,7 +22,8 @@ def _rms_forward(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def _silu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
-    return F.silu(x)
+    # in place only where autograd does not need the input (the no-grad fast paths rely on it)
+    return F.silu(x, inplace=inplace and not (torch.is_grad_enabled() and x.requires_grad))
 
 
 @contextlib.contextmanager

@@ -12,6 +12,8 @@ Four resumable stages, each skipped when its output exists in ``DIR``:
    embeddings.
 4. ``dit.safetensors``: a small Wan DiT trained with ``wan_core.train.train`` (flow matching, logit-normal
    timesteps, bucket sampler, adaptive clipping), checkpoints in ``dit_ckpt/`` so an interrupted run resumes.
+5. the VAE decoder trained further with the encoder frozen (the latent space the DiT learned stays valid);
+   ``vae.safetensors`` is rewritten at the end.
 
 Losses go to ``DIR/log.jsonl`` and the stage summaries to ``DIR/summary.json``.
 """
@@ -45,6 +47,7 @@ class DemoTrainConfig:
     vae_lr: float = 1e-3
     num_clips: int = 800
     dit_steps: int = 2000
+    decoder_steps: int = 2000  # decoder-only fine-tune after the DiT (the latent space stays fixed)
     dit_batch: int = 8
     dit_lr: float = 4e-4
     dit_warmup: int = 100
@@ -339,6 +342,68 @@ def stage_dit(out: str, cfg: DemoTrainConfig) -> None:
                        "clipped": sum(s != "ok" for s in result.clip_status)})
 
 
+# ----------------------------------------------------------------------------------------- 5. VAE decoder
+def stage_vae_decoder(out: str, cfg: DemoTrainConfig) -> None:
+    """More reconstruction training for the decoder (and ``conv2``) only: the encoder, hence the latent space
+    the DiT was trained in, stays fixed, so this can run after (or beside) the DiT stage."""
+    from tqdm.auto import tqdm
+
+    from ..vae.loader import load_vae
+
+    done = os.path.join(out, "vae_decoder_done.json")
+    if os.path.exists(done) or cfg.decoder_steps <= 0:
+        return
+    path = os.path.join(out, "vae.safetensors")
+    ckpt = os.path.join(out, "vae_decoder_ckpt.pt")
+    model = load_vae(path, dtype=torch.float32).model
+    model.requires_grad_(False)
+    params = list(model.decoder.parameters()) + list(model.conv2.parameters())
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=cfg.vae_lr / 2, weight_decay=0.0)
+    start = 0
+    if os.path.exists(ckpt):
+        state = torch.load(ckpt, weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"]
+    dcfg = DemoTrainConfig(vae_batch=3, vae_frames=9, vae_crop=cfg.vae_crop, seed=cfg.seed + 5)
+    t0 = time.time()
+    model.train()
+    with autograd_safe_vae():
+        bar = tqdm(total=cfg.decoder_steps, initial=start, desc="vae decoder", dynamic_ncols=True)
+        for step in range(start, cfg.decoder_steps):
+            rng = random.Random(dcfg.seed * 1_000_003 + step)
+            x = _vae_batch(rng, dcfg)
+            for g in opt.param_groups:
+                g["lr"] = _lr(step, cfg.decoder_steps, cfg.vae_lr / 2, warmup=50)
+            with torch.no_grad():
+                z = model.encode_chunk(x, None)
+            y = model.decoder(model.conv2(z + 0.02 * z.std() * torch.randn_like(z)))
+            mse = torch.mean((y - x) ** 2)
+            loss = mse + 0.1 * torch.mean((y - x).abs())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            mse = mse.detach()
+            torch.nn.utils.clip_grad_norm_(params, 5.0)
+            opt.step()
+            bar.update(1)
+            bar.set_postfix(psnr=f"{psnr_of_mse(float(mse)):.1f}")
+            if step % 50 == 0 or step == cfg.decoder_steps - 1:
+                _log(out, stage="vae_decoder", step=step, loss=float(loss), mse=float(mse),
+                     psnr=round(psnr_of_mse(float(mse)), 2))
+            if (step + 1) % 250 == 0:
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt + ".tmp")
+                os.replace(ckpt + ".tmp", ckpt)
+        bar.close()
+    model.eval()
+    _save(model.state_dict(), path)
+    with open(done, "w", encoding="utf-8") as f:
+        json.dump({"steps": cfg.decoder_steps}, f)
+    _summary(out, vae_decoder={"steps": cfg.decoder_steps, "wall_s_last_run": round(time.time() - t0, 1),
+                               "final_mse": float(mse)})
+
+
 # ----------------------------------------------------------------------------------------- driver
 def run(out: str, cfg: DemoTrainConfig | None = None) -> dict:
     """Run (or resume) every stage into ``out``; returns the summary."""
@@ -348,7 +413,7 @@ def run(out: str, cfg: DemoTrainConfig | None = None) -> dict:
     t0 = time.time()
     _summary(out, config=asdict(cfg), command=" ".join(["python -m wan_core train-demo"] + sys.argv[2:]))
     for name, stage in (("text_encoder", stage_text_encoder), ("vae", stage_vae), ("latents", stage_latents),
-                        ("dit", stage_dit)):
+                        ("dit", stage_dit), ("vae_decoder", stage_vae_decoder)):
         s0 = time.time()
         stage(out, cfg)
         _log(out, stage=name, done=True, wall_s=round(time.time() - s0, 1))
@@ -358,7 +423,7 @@ def run(out: str, cfg: DemoTrainConfig | None = None) -> dict:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output folder (run the same command again to resume)")
-    for flag in ("--vae-steps", "--dit-steps", "--clips", "--threads"):
+    for flag in ("--vae-steps", "--dit-steps", "--decoder-steps", "--clips", "--threads"):
         p.add_argument(flag, type=int, default=None, help="default: the shipped run's value")
 
 
@@ -366,6 +431,7 @@ def main(args) -> int:
     """``python -m wan_core train-demo``: flags left at None keep :class:`DemoTrainConfig`'s values."""
     d = DemoTrainConfig()
     cfg = DemoTrainConfig(vae_steps=args.vae_steps or d.vae_steps, dit_steps=args.dit_steps or d.dit_steps,
+                          decoder_steps=getattr(args, "decoder_steps", None) or d.decoder_steps,
                           num_clips=args.clips or d.num_clips, threads=args.threads or d.threads)
     summary = run(args.out, cfg)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=1), file=sys.stderr)
