@@ -24,8 +24,13 @@ from .video_io import OUTPUT_KINDS
 DTYPES = ("bf16", "fp16", "fp32")  # torch dtypes by name; resolved in the command (torch loads lazily)
 SOLVERS = ("unipc", "dpm++", "euler")  # wan_core.sampling.SOLVER_NAMES (a test keeps them equal)
 CACHES = ("off", "exact", "wan", "teacache", "magcache", "easycache")  # wan_core.cache.PRESETS (tested equal)
-TINY_DEFAULTS = {"width": 64, "height": 64, "frames": 9, "steps": 4}
-FULL_DEFAULTS = {"width": 832, "height": 480, "frames": 81, "steps": 50}
+# Settings a flag left unset takes, per model source (the demo's are wan_core.demo.DEMO_DEFAULTS; a test keeps
+# them equal without importing torch here).
+TINY_DEFAULTS = {"width": 64, "height": 64, "frames": 9, "steps": 4, "guidance": 5.0, "shift": 5.0, "fps": 16}
+FULL_DEFAULTS = {"width": 832, "height": 480, "frames": 81, "steps": 50, "guidance": 5.0, "shift": 5.0, "fps": 16}
+DEMO_DEFAULTS = {"width": 64, "height": 64, "frames": 17, "steps": 20, "guidance": 4.0, "shift": 3.0, "fps": 8,
+                 "negative_prompt": ""}
+PRESETS = ("demo", "tiny-random")
 # Accepted ranges (inclusive) besides the sizes (wan_core.estimate.SIZE_LIMITS): seeds as ComfyUI's seed widgets
 # and make_noise, steps as the sampler node, fps as ComfyUI's Create Video node.
 INT_RANGES = {"seed": (0, 2**64 - 1), "steps": (1, 1000), "fps": (1, 120), "skiparse_k": (1, 64),
@@ -67,8 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True,
                    help=f"output: {OUTPUT_KINDS}; a folder must be new, empty or hold earlier frames")
     models = g.add_argument_group("models")
-    models.add_argument("--preset", choices=["tiny-random"], default=None,
-                        help="tiny-random: random weights, runs in seconds, output is noise")
+    models.add_argument("--preset", choices=PRESETS, default=None,
+                        help="demo: the built-in demo model (coloured shapes; the default when no model file or "
+                             "--models-dir is given); tiny-random: random weights, runs in seconds, output is noise")
     models.add_argument("--models-dir", default=os.environ.get("WANCORE_MODELS_DIR"),
                         help="ComfyUI-style models folder (diffusion_models/, vae/, text_encoders/); each part is "
                              "recognised by its header, and several candidates must be chosen between explicitly")
@@ -89,13 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="keep/quantise the block linears in fp8 (half the memory of bf16)")
     fast.add_argument("--gemm", choices=["upcast", "scaled_mm"], default="upcast",
                       help="with fp8 weights: dequantise per layer, or FP8 GEMM (SM89+ GPUs)")
-    s = g.add_argument_group("sampling (official Wan 2.1 defaults; tiny-random: 64x64, 9 frames, 4 steps)")
+    s = g.add_argument_group("sampling (official Wan 2.1 defaults; demo: 64x64, 17 frames, 20 steps; "
+                             "tiny-random: 64x64, 9 frames, 4 steps)")
     s.add_argument("--width", type=int, default=None, help="multiple of 16, up to 8192 (default 832)")
     s.add_argument("--height", type=int, default=None, help="multiple of 16, up to 8192 (default 480)")
     s.add_argument("--frames", type=int, default=None, help="4n+1, up to 2001 (default 81)")
     s.add_argument("--steps", type=int, default=None, help="1 to 1000 (default 50)")
-    s.add_argument("--guidance", type=float, default=5.0, help="classifier-free guidance; 1 = no negative pass")
-    s.add_argument("--shift", type=float, default=5.0, help="time shift; 1.3B users often use 8-12")
+    s.add_argument("--guidance", type=float, default=None,
+                   help="classifier-free guidance; 1 = no negative pass (default 5.0; demo 4.0)")
+    s.add_argument("--shift", type=float, default=None,
+                   help="time shift; 1.3B users often use 8-12 (default 5.0; demo 3.0)")
     s.add_argument("--solver", choices=list(SOLVERS), default="unipc", help="flow-matching solver")
     s.add_argument("--convention", choices=["official", "comfyui", "dpm"], default="official",
                    help="timestep convention: official (integer) or comfyui (float)")
@@ -105,8 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="diffusion cache: exact (same output), wan (~1.6-2x less DiT work), teacache, magcache, "
                         "easycache (~2-2.8x, approximate), off; see docs/caches.md")
     o = g.add_argument_group("output")
-    o.add_argument("--fps", type=int, default=16, help="frames per second, 1 to 120")
+    o.add_argument("--fps", type=int, default=None, help="frames per second, 1 to 120 (default 16; demo 8)")
     o.add_argument("--tiling", choices=["auto", "on", "off"], default="auto", help="VAE decode tiling")
+    t = sub.add_parser("train-demo", help="train the built-in demo model (resumable; see docs/demo_model.md)")
+    t.set_defaults(func=lambda a: __import__("wan_core.demo.train", fromlist=["main"]).main(a))
+    t.add_argument("--out", required=True, help="output folder (run the same command again to resume)")
+    for flag in ("--vae-steps", "--dit-steps", "--decoder-steps", "--clips", "--threads"):
+        t.add_argument(flag, type=int, default=None, help="default: the shipped run's value")
     return p
 
 
@@ -136,6 +150,11 @@ def check_args(args) -> list[str]:
         problems.append(f"--out {args.out!r}: {out}" if not str(args.out).strip() else f"--out {out}")
     if args.gemm == "scaled_mm" and not args.weights:
         problems.append("--gemm scaled_mm needs fp8 weights: add --weights fp8_scaled (or fp8_e4m3fn)")
+    given = [f"--{flag.replace('_', '-')}" for flag in ("dit", "vae", "text_encoder") if getattr(args, flag)]
+    if args.models_dir and args.models_dir != os.environ.get("WANCORE_MODELS_DIR"):  # the variable is a default
+        given.append("--models-dir")
+    if args.preset is not None and given:
+        problems.append(f"--preset {args.preset} brings its own models: drop {' / '.join(given)} or the preset")
     if args.preset is None:
         for flag in ("dit", "vae", "text_encoder", "tokenizer"):
             value = getattr(args, flag)
@@ -190,6 +209,18 @@ def resolve_models(args) -> dict:
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (or --models-dir, or --preset tiny-random)")
     return found
+
+
+def demo_files() -> dict:
+    """The built-in demo model's files as ``resolve_models`` describes files (``wan_core.demo.builtin_paths``)."""
+    from .demo import builtin_paths
+    from .model_files import identify
+
+    try:
+        paths = builtin_paths()
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    return {part: identify(paths[part], part) for part in ("dit", "vae", "text_encoder")}
 
 
 def check_memory(args, device, dit_size: str | None) -> None:
@@ -272,7 +303,12 @@ def output_metadata(args, cfg, files: dict | None) -> dict:
 
 
 def cmd_generate(args) -> int:
-    defaults = TINY_DEFAULTS if args.preset == "tiny-random" else FULL_DEFAULTS
+    if args.preset is None and not (args.dit or args.vae or args.text_encoder or args.models_dir):
+        args.preset = "demo"
+        print("wan_core: no model files given: using the built-in demo model (wancore-demo: coloured shapes "
+              "moving in four directions, docs/demo_model.md); pass --models-dir or --dit/--vae/--text-encoder "
+              "for Wan 2.1", file=sys.stderr)
+    defaults = {"tiny-random": TINY_DEFAULTS, "demo": DEMO_DEFAULTS}.get(args.preset, FULL_DEFAULTS)
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -298,7 +334,9 @@ def cmd_generate(args) -> int:
         raise UsageError(str(e)) from None
     device = _device(args.device)
     files = None
-    if args.preset != "tiny-random":
+    if args.preset == "demo":
+        files = demo_files()
+    elif args.preset != "tiny-random":
         files = resolve_models(args)
         for part, f in files.items():
             print(f"wan_core: {PART_LABELS[part]}: {f.path} ({f.what})", file=sys.stderr)
@@ -317,7 +355,8 @@ def cmd_generate(args) -> int:
                                           cache=args.cache)
         print(pipe.cache_report.line(), file=sys.stderr)  # "cache <preset>: <computed>/<total> DiT evaluations"
         video = pipe.decode(latents, tiling=args.tiling, progress=_tqdm_progress("decoding", "chunk", leave=True))
-    meta = output_metadata(args, cfg.replace(negative_prompt=cfg.negative_prompt or DEFAULT_NEGATIVE_PROMPT), files)
+    negative = DEFAULT_NEGATIVE_PROMPT if cfg.negative_prompt is None else cfg.negative_prompt
+    meta = output_metadata(args, cfg.replace(negative_prompt=negative), files)
     written = write_video(video[0], args.out, fps=args.fps, metadata=meta)
     print(f"wrote {written} ({cfg.frames} frames, {cfg.width}x{cfg.height}, {args.fps} fps) in "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)

@@ -64,10 +64,19 @@ def test_bad_flags_give_one_line_and_exit_2(tmp_path, flags, message):
     assert len(lines) == 1 and message in lines[0], res.stderr
 
 
-def test_missing_models_is_one_line_error(tmp_path):
-    res = run_cli("generate", "--prompt", "x", "--out", str(tmp_path / "x.mp4"))
+def test_unusable_model_file_is_one_line_error(tmp_path):
+    dit = tmp_path / "dit.safetensors"
+    dit.write_bytes(b"")
+    res = run_cli("generate", "--prompt", "x", "--out", str(tmp_path / "x.mp4"), "--dit", str(dit))
     assert res.returncode == 2
-    assert "--dit" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert "--dit" in res.stderr and "empty" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_preset_with_model_files_is_refused(tmp_path):
+    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "x.mp4"),
+                  "--dit", str(tmp_path))
+    assert res.returncode == 2
+    assert "brings its own models" in res.stderr and "--dit" in res.stderr
 
 
 def test_generate_from_a_models_folder(tmp_path):
