@@ -13,6 +13,7 @@ NODE_SPECS: tuple[NodeSpec, ...] = (
 )
 
 LOG = logging.getLogger("WanCore")
+models.register_demo_model()
 
 
 def v1_mappings() -> tuple[dict, dict]:

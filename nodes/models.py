@@ -10,6 +10,23 @@ from . import host
 from .declare import Input, NodeSpec, Output
 
 CATEGORY = "WanCore/loaders"
+# The built-in demo model (wan_core/demo/weights) appears first in each loader's list under this name, so a user
+# can run the pack before downloading anything (workflows/t2v_demo).
+DEMO_NAME = "wancore-demo (built-in)"
+_DEMO_FOLDERS = {"dit": "diffusion_models", "vae": "vae", "text_encoder": "text_encoders"}
+
+
+def register_demo_model() -> bool:
+    """Offer the packaged demo files in the loaders (``host.register_builtin``); False when not installed."""
+    from wan_core.demo import builtin_paths
+
+    try:
+        paths = builtin_paths()
+    except FileNotFoundError:
+        return False
+    for part, folder in _DEMO_FOLDERS.items():
+        host.register_builtin(folder, DEMO_NAME, paths[part])
+    return True
 DTYPES = {"auto": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 

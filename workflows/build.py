@@ -57,6 +57,7 @@ REPACKAGED_FILES = {
 DIT_1_3B = "wan2.1_t2v_1.3B_fp16.safetensors"
 VAE = "wan_2.1_vae.safetensors"
 UMT5 = "umt5_xxl_fp8_e4m3fn_scaled.safetensors"
+DEMO = "wancore-demo (built-in)"  # nodes.models.DEMO_NAME: the packaged demo model, listed by every loader
 # Which input of which loader names a model file (the UI offers the download hint on these nodes).
 MODEL_FILE_INPUTS = {
     "WanCoreModelLoader": "model_name", "WanCoreVAELoader": "vae_name",
@@ -223,7 +224,29 @@ def workflows() -> list[Workflow]:
         Node(7, "VAEDecode", {}, {"samples": (6, 0), "vae": (3, 0)}),
         *_output(7, "video/WanCore_native"),
     ])
-    return [basic, long_tiled, native, fast_workflow(), cached_workflow()]
+    return [basic, long_tiled, native, fast_workflow(), cached_workflow(), demo_workflow()]
+
+
+def demo_workflow() -> Workflow:
+    """The built-in demo model with its own settings: runs on a CPU in about a minute, nothing to download."""
+    return Workflow("t2v_demo", "## WanCore: try it without downloading anything\n"
+                    "The built-in demo model (*wancore-demo (built-in)* in each loader: a small Wan 2.1 DiT, VAE "
+                    "and umT5 trained on coloured circles and squares moving left, right, up or down) at its own "
+                    "settings: 64x64, 17 frames, 20 UniPC steps, guidance 4, shift 3, 8 fps. It runs on a CPU in "
+                    "well under two minutes. Prompts it knows: \"a <red|green|blue|yellow> <circle|square> moving "
+                    "<left|right|up|down>\", optionally \"and\" a second object; see docs/demo_model.md.\n", [
+        Node(1, "WanCoreModelLoader", {"model_name": DEMO}),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": DEMO}),
+        Node(3, "WanCoreVAELoader", {"vae_name": DEMO}),
+        Node(4, "WanCoreTextEncode", {"positive": "a blue square moving right", "negative": ""},
+             {"text_encoder": (2, 0)}, color=POSITIVE),
+        Node(5, "WanCoreEmptyLatent", {"width": 64, "height": 64, "frames": 17, "batch_size": 1}),
+        _sampler({"seed": 1, "steps": 20, "guidance": 4.0, "shift": 3.0}),
+        Node(7, "WanCoreDecode", {"tiling": "off"}, {"vae": (3, 0), "samples": (6, 0)}),
+        Node(8, "CreateVideo", {"fps": 8.0}, {"images": (7, 0)}),
+        Node(9, "SaveVideo", {"filename_prefix": "video/WanCore_demo", "format": "auto", "codec": "auto"},
+             {"video": (8, 0)}),
+    ])
 
 
 def cached_workflow() -> Workflow:

@@ -24,7 +24,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
-NAMES = ("t2v_basic", "t2v_fast", "t2v_long_tiled", "t2v_native_mix", "t2v_cached")
+NAMES = ("t2v_basic", "t2v_fast", "t2v_long_tiled", "t2v_native_mix", "t2v_cached", "t2v_demo")
 # Core ComfyUI node ids the workflows may use (read from ComfyUI 0.33's nodes.py / comfy_extras).
 CORE_NODE_IDS = {"VAELoader", "VAEDecode", "EmptyHunyuanLatentVideo", "CreateVideo", "SaveVideo"}
 UI_ONLY = {"MarkdownNote", "Note"}
@@ -137,7 +137,7 @@ def value_problems(node_type: str, inp, value, build) -> list[str]:
     elif inp.type == "COMBO":
         if build.MODEL_FILE_INPUTS.get(node_type) == inp.name:  # model files: the documented repackaged names
             folder = FOLDER_OF_INPUT[inp.name]
-            ok = build.REPACKAGED_FILES.get(value) == folder
+            ok = build.REPACKAGED_FILES.get(value) == folder or (value == build.DEMO and node_type != "VAELoader")
             return [] if ok else [f"{where}: not a repackaged Wan 2.1 file for models/{folder}"]
         return [] if value in inp.choices() else [f"{where}: not one of {inp.choices()}"]
     if inp.min is not None and value < inp.min or inp.max is not None and value > inp.max:
@@ -213,8 +213,11 @@ def test_ui_workflow_is_valid(name, catalog, build):
         assert [(s["name"], s["type"]) for s in n["inputs"]] == [(i.name, i.type) for i in sockets]
         assert [(o["name"], o["type"]) for o in n["outputs"]] == [(o.name, o.type) for o in decl.outputs]
         file_input = build.MODEL_FILE_INPUTS.get(n["type"])
-        if file_input:  # loaders carry the download hint for the file they name
+        if file_input:  # loaders carry the download hint for the file they name (none for the built-in demo)
             file_name = n["widgets_values"][[i.name for i in widgets].index(file_input)]
+            if file_name == build.DEMO:
+                assert "models" not in n["properties"]
+                continue
             (hint,) = n["properties"]["models"]
             folder = build.REPACKAGED_FILES[file_name]
             assert hint == {"name": file_name, "directory": folder, "url":
@@ -308,7 +311,7 @@ def tiny_models_dir(tmp_path_factory, build, pack):
     for name in NAMES:
         for node in load_api(name).values():
             for key, value in node["inputs"].items():
-                if build.MODEL_FILE_INPUTS.get(node["class_type"]) == key:
+                if build.MODEL_FILE_INPUTS.get(node["class_type"]) == key and value != build.DEMO:
                     names.setdefault(FOLDER_OF_INPUT[key], set()).add(value)
     root = tmp_path_factory.mktemp("models")
     _write_tiny_models(root, names)
@@ -408,7 +411,7 @@ def test_api_workflow_runs_end_to_end(name, pack, catalog, build, tiny_models_di
     records: dict = {}
     run_api_workflow(api, pack, _stand_ins(pack, records))
     saved = records["save_video"]["video"]
-    assert saved["fps"] == 16.0
+    assert saved["fps"] == (8.0 if name == "t2v_demo" else 16.0)
     images = saved["images"]
     assert images.shape == (frames, height, width, 3) and images.dtype == torch.float32
     assert torch.isfinite(images).all() and 0.0 <= images.min() and images.max() <= 1.0
@@ -471,3 +474,11 @@ def test_missing_model_file_names_the_input_and_the_files_there(specs, tiny_mode
     assert "wan2.1_t2v_1.3B_fp16.safetensors" in message, message  # what is there to choose instead
     message = _loader_message(specs["WanCoreVAELoader"], vae_name="missing_vae.safetensors")
     assert "vae_name" in message and "wan_2.1_vae.safetensors" in message, message
+
+
+def test_demo_workflow_names_the_registered_built_in(build, pack):
+    """The demo graph's loader value is the name the pack registers (nodes.models.DEMO_NAME)."""
+    import sys
+
+    models = sys.modules[pack.__name__ + ".nodes.models"]
+    assert build.DEMO == models.DEMO_NAME
