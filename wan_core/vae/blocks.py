@@ -34,6 +34,30 @@ class RMSNorm(nn.Module):
         norm = torch.linalg.vector_norm(x, dim=1, keepdim=True).clamp_min_(1e-12)
         return x / norm * (self.gamma * self.scale)
 
+    def write(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``forward(x)`` written into ``out`` (same values, no temporaries of x's size); no autograd."""
+        if x.dtype in _HALF:
+            norm = torch.linalg.vector_norm(x, dim=1, keepdim=True, dtype=torch.float32).clamp_min_(1e-12)
+            torch.mul(x, norm.reciprocal_().to(x.dtype), out=out)
+            return out.mul_((self.gamma * self.scale).to(x.dtype))
+        norm = torch.linalg.vector_norm(x, dim=1, keepdim=True).clamp_min_(1e-12)
+        torch.div(x, norm, out=out)
+        return out.mul_(self.gamma * self.scale)
+
+
+def _needs_grad(x: torch.Tensor, module: nn.Module) -> bool:
+    return torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in module.parameters()))
+
+
+def norm_silu_conv(norm: RMSNorm, conv: CausalConv3d, x: torch.Tensor, state: TemporalState | None) -> torch.Tensor:
+    """``conv(silu(norm(x)), state)``. Without autograd the activation is written straight into the conv's
+    time window: the same values, without a separate activation tensor or a concatenation copy."""
+    if _needs_grad(x, conv) or not conv.front:
+        return conv(F.silu(norm(x), inplace=True), state)
+    window, frames = conv.window(x, state)
+    F.silu(norm.write(x, frames), inplace=True)
+    return conv.convolve(window, state)
+
 
 class ResidualBlock(nn.Module):
     """``residual(x) + shortcut(x)``; residual = [norm, SiLU, conv3, norm, SiLU, (dropout), conv3].
@@ -53,10 +77,14 @@ class ResidualBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, state: TemporalState | None = None) -> torch.Tensor:
         r = self.residual
-        h = F.silu(r[0](x), inplace=True)
-        h = r[2](h, state)
-        h = F.silu(r[3](h), inplace=True)
-        h = r[6](h, state)
+        h = norm_silu_conv(r[0], r[2], x, state)
+        if _needs_grad(h, r[6]):
+            h = r[6](F.silu(r[3](h), inplace=True), state)
+        else:  # as norm_silu_conv, and h is released before the convolution
+            window, frames = r[6].window(h, state)
+            F.silu(r[3].write(h, frames), inplace=True)
+            del h
+            h = r[6].convolve(window, state)
         return h.add_(self.shortcut(x) if self.shortcut is not None else x)
 
 

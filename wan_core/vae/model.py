@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .blocks import AttentionBlock, ResidualBlock, RMSNorm
+from .blocks import AttentionBlock, ResidualBlock, RMSNorm, norm_silu_conv
 from .causal_conv import CausalConv3d, TemporalState
 from .config import VAEConfig
 from .resample import Resample
@@ -25,10 +25,18 @@ def _head(dim: int, out: int) -> nn.ModuleList:
 
 
 class _Head(nn.ModuleList):
-    """``head``: [0 RMS norm, 1 SiLU, 2 causal conv] as one step."""
+    """``head``: [0 RMS norm, 1 SiLU, 2 causal conv] as one step.
+
+    Streaming without autograd, the conv narrows the channels (decoder 96 -> 3, encoder 384 -> 32), so it
+    carries partial sums of its taps (``CausalConv3d.stream_taps``) instead of two wide input frames: for the
+    decoder that is 2 full-resolution frames less in memory for the whole call.
+    """
 
     def forward(self, x: torch.Tensor, state: TemporalState | None = None) -> torch.Tensor:
-        return self[2](F.silu(self[0](x), inplace=True), state)
+        conv = self[2]
+        if state is None or conv.out_channels >= conv.in_channels or torch.is_grad_enabled():
+            return norm_silu_conv(self[0], conv, x, state)
+        return conv.stream_taps(F.silu(self[0](x), inplace=True), state)
 
 
 def run_steps(steps, x: torch.Tensor, state: TemporalState | None, piece_frames: int | None) -> torch.Tensor:
@@ -94,9 +102,13 @@ class Decoder(nn.Module):
                 layers.append(Resample(out_dim, "upsample3d" if cfg.temporal_upsample[i] else "upsample2d"))
         self.upsamples = nn.ModuleList(layers)
         self.head = _head(dims[-1], cfg.out_channels)
+        ups = [m for m in layers if isinstance(m, Resample)]
+        if ups:
+            ups[-1].channels_last = True
 
-    def steps(self) -> list[nn.Module]:
-        return [self.conv1, *self.middle, *self.upsamples, self.head]
+    def steps(self) -> list:
+        ups = [s for m in self.upsamples for s in (m.steps() if isinstance(m, Resample) else [m])]
+        return [self.conv1, *self.middle, *ups, self.head]
 
     def forward(self, x: torch.Tensor, state: TemporalState | None = None, piece_frames: int | None = None):
         return run_steps(self.steps(), x, state, piece_frames)
@@ -137,7 +149,8 @@ class WanVAEModel(nn.Module):
         frame for the first, 4 for each later one); after each temporal upsampling the frames continue
         ``piece_frames`` at a time (None: together).
         """
-        return self.decoder(self.conv2(z), state, piece_frames).clamp_(-1.0, 1.0)
+        # contiguous: the full-resolution layers may run channels-last (Resample.channels_last)
+        return self.decoder(self.conv2(z), state, piece_frames).clamp_(-1.0, 1.0).contiguous()
 
     def encode_full(self, x: torch.Tensor) -> torch.Tensor:
         """Whole-sequence encode (the reference form of docs/wan_spec.md section 3.2; memory grows with T)."""

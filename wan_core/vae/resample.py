@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .causal_conv import CausalConv3d, TemporalState
+from .causal_conv import CHANNELS_LAST, CausalConv3d, TemporalState, conv3d, uses_onednn
 
 MODES = ("downsample2d", "downsample3d", "upsample2d", "upsample3d")
 
@@ -17,7 +17,7 @@ class _FrameConv(nn.Conv2d):
     """A Conv2d applied to every frame of a [B, C, T, H, W] video (as a 1xkxk Conv3d, no reshapes)."""
 
     def frames(self, x: torch.Tensor) -> torch.Tensor:
-        return F.conv3d(x, self.weight.unsqueeze(2), self.bias, (1,) + self.stride, (0,) + self.padding)
+        return conv3d(x, self.weight.unsqueeze(2), self.bias, (1,) + self.stride, (0,) + self.padding)
 
 
 def interleave_pairs(y: torch.Tensor) -> torch.Tensor:
@@ -46,6 +46,9 @@ class Resample(nn.Module):
         if mode not in MODES:
             raise ValueError(f"unknown resample mode {mode!r}; expected one of {MODES}")
         self.mode = mode
+        # set by the decoder on its last upsampling: on oneDNN the full-resolution layers after it then work
+        # channels-last, which oneDNN convolves without reordered copies of input and output
+        self.channels_last = False
         if mode.startswith("up"):
             conv = _FrameConv(dim, dim // 2, 3, padding=1)
         else:
@@ -58,17 +61,29 @@ class Resample(nn.Module):
             self.time_conv = CausalConv3d(dim, dim, (3, 1, 1), stride=(2, 1, 1), padding=0)
 
     def forward(self, x: torch.Tensor, state: TemporalState | None = None) -> torch.Tensor:
-        conv = self.resample[1]
         if self.mode.startswith("up"):
             if self.mode == "upsample3d":
                 x = self._time_upsample(x, state)
-            # nearest-exact x2 copies each value into a 2x2 block: exact in any dtype
-            x = F.interpolate(x, scale_factor=(1.0, 2.0, 2.0), mode="nearest-exact")
-            return conv.frames(x)
-        x = conv.frames(F.pad(x, (0, 1, 0, 1)))
+            return self._space_upsample(x, state)
+        x = self.resample[1].frames(F.pad(x, (0, 1, 0, 1)))
         if self.mode == "downsample3d":
             x = self._time_downsample(x, state)
         return x
+
+    def steps(self) -> list:
+        """This layer as steps for ``model.run_steps``: an upsample3d is two, time then space, so a stream can
+        continue frame by frame before the frames grow 4x in area (``forward`` = the steps in order)."""
+        if self.mode == "upsample3d":
+            return [self._time_upsample, self._space_upsample]
+        return [self]
+
+    def _space_upsample(self, x: torch.Tensor, state: TemporalState | None = None) -> torch.Tensor:
+        conv = self.resample[1]
+        if self.channels_last and uses_onednn(x, conv.weight):
+            x = x.contiguous(memory_format=CHANNELS_LAST)  # the interpolation and conv keep the format
+        # nearest-exact x2 copies each value into a 2x2 block: exact in any dtype
+        x = F.interpolate(x, scale_factor=(1.0, 2.0, 2.0), mode="nearest-exact")
+        return conv.frames(x)
 
     def _time_upsample(self, x: torch.Tensor, state: TemporalState | None) -> torch.Tensor:
         first = state is None or state.get(self) is None

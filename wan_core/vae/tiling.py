@@ -26,18 +26,25 @@ def pair(value, name: str) -> tuple[int, int]:
 
 
 def tile_spans(length: int, tile: int, overlap: int) -> list[Span]:
-    """Latent ranges ``[start, end)`` of tiles of size ``tile`` covering ``[0, length)``.
+    """Latent ranges ``[start, end)`` of at most ``tile`` latents covering ``[0, length)``.
 
-    Neighbours share at least ``overlap`` latents; starts are spread evenly (the fewest tiles that satisfy
-    that). ``tile >= length`` gives one tile covering everything.
+    The fewest tiles in which neighbours share ``overlap`` latents, and every neighbour pair shares exactly
+    that many: the slack goes into the tile sizes (which differ by at most one) instead of into wider
+    overlaps, so the decoded area is the least any layout with these tiles can have (each overlap latent is
+    decoded twice, nothing more). ``tile >= length`` gives one tile covering everything.
     """
     if tile < 1 or not 0 <= overlap < tile:
         raise ValueError(f"need tile >= 1 and 0 <= overlap < tile (latent units), got tile={tile}, overlap={overlap}")
     if tile >= length:
         return [(0, length)]
     n = math.ceil((length - overlap) / (tile - overlap))
-    starts = [round(k * (length - tile) / (n - 1)) for k in range(n)]
-    return [(s, s + tile) for s in starts]
+    size, bigger = divmod(length + (n - 1) * overlap, n)  # size + 1 <= tile by the choice of n
+    spans, start = [], 0
+    for k in range(n):
+        end = start + size + (k < bigger)
+        spans.append((start, end))
+        start = end - overlap
+    return spans
 
 
 def blend_weights(spans: list[Span], scale: int = 1) -> list[torch.Tensor]:
