@@ -39,11 +39,11 @@ def v3_nodes(io, dropped: set[str] | None = None) -> list[type]:
 def v3_extension(api=None, dropped: set[str] | None = None):
     """The ``ComfyExtension`` for ComfyUI's V3 API (``api`` = ``comfy_api.latest``)."""
     if api is None:
-        from comfy_api import latest as api  # type: ignore[import-not-found, no-redef]
+        from comfy_api import latest as api  # type: ignore[no-redef]
 
     nodes = v3_nodes(api.io, dropped)
 
-    class WanCoreExtension(api.ComfyExtension):  # type: ignore[name-defined]
+    class WanCoreExtension(api.ComfyExtension):
         async def get_node_list(self):
             return list(nodes)
 
@@ -53,7 +53,7 @@ def v3_extension(api=None, dropped: set[str] | None = None):
 def _comfy_v3_api():
     """``comfy_api.latest`` when running inside a ComfyUI that has it, else None."""
     try:
-        from comfy_api import latest  # type: ignore[import-not-found]
+        from comfy_api import latest
     except ModuleNotFoundError:  # not inside ComfyUI, or a ComfyUI older than the V3 API
         return None
     except Exception as e:  # noqa: BLE001 - a broken V3 module must not stop the V1 path

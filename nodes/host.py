@@ -17,9 +17,9 @@ import torch
 from wan_core import progress as _progress
 
 try:  # ComfyUI present
-    import folder_paths as _folder_paths  # type: ignore[import-not-found]
-    import comfy.model_management as _mm  # type: ignore[import-not-found]
-    import comfy.utils as _comfy_utils  # type: ignore[import-not-found]
+    import folder_paths as _folder_paths
+    import comfy.model_management as _mm
+    import comfy.utils as _comfy_utils
     IN_COMFYUI = True
 except Exception:  # noqa: BLE001 - any import failure means "not inside ComfyUI"
     _folder_paths = _mm = _comfy_utils = None
@@ -207,7 +207,8 @@ def client_message(text: str) -> str:
     API clients (validation results, node errors). The core keeps full paths for command-line users."""
     for prefix, label in _path_labels():
         if prefix and prefix in text:  # the whole path component only: /m/vae, not /m/vae2
-            text = re.sub(re.escape(prefix) + r"(?![\w.-])", lambda _, label=label: label, text)
+            # backslashes doubled: the label is literal text (a Windows path), not a replacement template
+            text = re.sub(re.escape(prefix) + r"(?![\w.-])", label.replace("\\", "\\\\"), text)
     return text
 
 
@@ -343,8 +344,8 @@ def show_text(text: str) -> None:
     if not IN_COMFYUI:
         return
     try:
-        from comfy_execution.utils import get_executing_context  # type: ignore[import-not-found]
-        from server import PromptServer  # type: ignore[import-not-found]
+        from comfy_execution.utils import get_executing_context
+        from server import PromptServer
 
         ctx = get_executing_context()
         if ctx is not None and getattr(PromptServer, "instance", None) is not None:
@@ -387,7 +388,7 @@ class on_device:
     def _patcher(self, module: torch.nn.Module):
         patcher = getattr(self.model, "wancore_patcher", None)
         if patcher is None or patcher.load_device != self.device:
-            import comfy.model_patcher  # type: ignore[import-not-found]
+            import comfy.model_patcher
 
             patcher = comfy.model_patcher.ModelPatcher(_Managed(module), load_device=self.device,
                                                        offload_device=offload_device())

@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Mapping
 
 from .estimate import SIZE_LIMITS
 from .video_io import OUTPUT_KINDS
@@ -308,7 +309,8 @@ def cmd_generate(args) -> int:
         print("wan_core: no model files given: using the built-in demo model (wancore-demo: coloured shapes "
               "moving in four directions, docs/demo_model.md); pass --models-dir or --dit/--vae/--text-encoder "
               "for Wan 2.1", file=sys.stderr)
-    defaults = {"tiny-random": TINY_DEFAULTS, "demo": DEMO_DEFAULTS}.get(args.preset, FULL_DEFAULTS)
+    presets: dict[str, Mapping[str, object]] = {"tiny-random": TINY_DEFAULTS, "demo": DEMO_DEFAULTS}
+    defaults = presets.get(args.preset, FULL_DEFAULTS)
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

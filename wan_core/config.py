@@ -125,7 +125,8 @@ def detect_dit_config(
     layers = {int(m.group(1)) for k in shapes if (m := _BLOCK_RE.match(k))}
     num_layers = max(layers) + 1 if layers else 0
     if layers != set(range(num_layers)):
-        raise KeyError(f"blocks are not numbered 0..{num_layers - 1}: missing {sorted(set(range(num_layers)) - layers)[:5]}")
+        absent = sorted(set(range(num_layers)) - layers)
+        raise KeyError(f"blocks are not numbered 0..{num_layers - 1}: missing {absent[:5]}")
     if num_heads is None:
         num_heads = dim // 128 if dim % 128 == 0 else _guess_heads(dim)
     return DiTConfig(

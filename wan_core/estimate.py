@@ -280,11 +280,6 @@ def total_memory(device=None) -> int | None:
         return None
 
 
-def model_size_from_name(file_name: str) -> str:
-    """"14B" when a file name says so (``wan2.1_t2v_14B_fp8_scaled``), else "1.3B"."""
-    return "14B" if "14b" in file_name.lower() else "1.3B"
-
-
 def format_flops(flops: float) -> str:
     """``3.95e14`` -> "395 TFLOP" (3 significant digits)."""
     for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):

@@ -82,7 +82,8 @@ def _identify_vae(path: Path) -> ModelFile:
     sd = strip_prefix(open_checkpoint(path, subfolder="vae"), PREFIXES)
     fmt = detect_key_format(sd)
     if fmt is None:
-        return ModelFile(path, "vae", describe_keys(sd), problem=f"not a Wan 2.1 VAE: it looks like {describe_keys(sd)}")
+        return ModelFile(path, "vae", describe_keys(sd),
+                         problem=f"not a Wan 2.1 VAE: it looks like {describe_keys(sd)}")
     if fmt == DIFFUSERS:
         sd = to_official(sd)
     cfg = detect_vae_config({k: tuple(sd.shape(k)) for k in sd if not is_quant_aux_key(k)}, str(path))

@@ -14,14 +14,20 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
-from .skiparse import SkiparseSchedule, skiparse_attention
+from .skiparse import SkiparseMode, SkiparseSchedule, skiparse_attention
 from .steps import check_step_range, step_in_range
 
 AttentionFn = Callable[..., torch.Tensor]
+
+# The built-in backends (a test keeps the two equal); register_backend adds names, so parameters that take a
+# backend are typed ``Attention | str``.
+ATTENTION_BACKENDS = ("sdpa", "sage", "int8", "int8_fp8")
+Attention = Literal["sdpa", "sage", "int8", "int8_fp8"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,7 @@ class AttentionOverride:
     """Use ``backend`` for the calls that match: ``blocks`` (indices; None = all), ``steps`` (a step range,
     see ``steps.py``; None = every step) and ``kind`` ("self" | "cross" | None = both). Later overrides win."""
 
-    backend: str
+    backend: Attention | str
     blocks: tuple[int, ...] | None = None
     steps: tuple | None = None
     kind: str | None = None
@@ -114,7 +120,7 @@ class AttentionDispatch:
     which makes the dispatcher a sampling-loop step hook); until then only step-independent rules apply.
     """
 
-    def __init__(self, backend: str = "sdpa", *, overrides: Iterable[AttentionOverride] = (),
+    def __init__(self, backend: Attention | str = "sdpa", *, overrides: Iterable[AttentionOverride] = (),
                  skiparse: SkiparseSchedule | None = None):
         get_backend(backend)
         self.backend = backend
@@ -160,7 +166,7 @@ class AttentionDispatch:
     def select(self, call: AttentionCall) -> AttentionFn:
         return get_backend(self.backend_for(call)).fn
 
-    def sparse_plan(self, call: AttentionCall) -> tuple[int, str] | None:
+    def sparse_plan(self, call: AttentionCall) -> tuple[int, SkiparseMode] | None:
         """``(k, mode)`` when this call runs skiparse, else None."""
         if call.kind != "self" or self.skiparse is None:
             return None
@@ -175,7 +181,7 @@ class AttentionDispatch:
 
     def replace(self, **changes) -> "AttentionDispatch":
         """A copy with ``backend``, ``overrides`` or ``skiparse`` changed (the step is not copied)."""
-        args = {"backend": self.backend, "overrides": self.overrides, "skiparse": self.skiparse}
+        args: dict[str, Any] = {"backend": self.backend, "overrides": self.overrides, "skiparse": self.skiparse}
         unknown = set(changes) - set(args)
         if unknown:
             raise TypeError(f"AttentionDispatch.replace: unknown field(s) {', '.join(sorted(unknown))}")

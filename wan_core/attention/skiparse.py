@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from typing import Literal
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,8 @@ from .steps import check_step_range, step_in_range
 
 MODES = ("single", "group")
 SCHEDULES = ("none", "osp13", "suv", "custom")
+SkiparseMode = Literal["single", "group"]  # mirrors MODES (a test keeps them equal)
+Skiparse = Literal["none", "osp13", "suv", "custom"]  # mirrors SCHEDULES
 SUV_PROFILE = (1, 2, 4, 8, 4, 2, 1)  # Open-Sora Plan v1.5 per-stage sparse ratios
 
 
@@ -37,7 +40,7 @@ def pad_length(length: int, sparse_k: int) -> int:
     return (kk - length % kk) % kk
 
 
-def skiparse_permute(x: torch.Tensor, sparse_k: int, mode: str) -> torch.Tensor:
+def skiparse_permute(x: torch.Tensor, sparse_k: int, mode: SkiparseMode) -> torch.Tensor:
     """``[B, N, L, d] -> [k*B, N, L'/k, d]``: zero-pad to L' (multiple of k^2), then regroup (group-major batch).
 
     single: token i -> sub-sequence ``i % k``, position ``i // k``.
@@ -57,7 +60,7 @@ def skiparse_permute(x: torch.Tensor, sparse_k: int, mode: str) -> torch.Tensor:
     return y.reshape(k * b, n, lp // k, d)
 
 
-def skiparse_unpermute(y: torch.Tensor, sparse_k: int, mode: str, length: int) -> torch.Tensor:
+def skiparse_unpermute(y: torch.Tensor, sparse_k: int, mode: SkiparseMode, length: int) -> torch.Tensor:
     """Inverse of :func:`skiparse_permute`: ``[k*B, N, L'/k, d] -> [B, N, length, d]`` (padding dropped)."""
     _check(sparse_k, mode)
     kb, n, lg, d = y.shape
@@ -76,13 +79,13 @@ def skiparse_unpermute(y: torch.Tensor, sparse_k: int, mode: str, length: int) -
 
 
 @functools.lru_cache(maxsize=64)
-def _index(length: int, sparse_k: int, mode: str) -> torch.Tensor:
+def _index(length: int, sparse_k: int, mode: SkiparseMode) -> torch.Tensor:
     lp = length + pad_length(length, sparse_k)
     ar = torch.arange(lp).view(1, 1, lp, 1)
     return skiparse_permute(ar, sparse_k, mode).reshape(-1)
 
 
-def skiparse_index(length: int, sparse_k: int, mode: str) -> torch.Tensor:
+def skiparse_index(length: int, sparse_k: int, mode: SkiparseMode) -> torch.Tensor:
     """The permutation as an index map: ``permuted.flatten(tokens) == padded[index]``, int64 ``[L']``.
 
     Entry ``g * (L'/k) + p`` is the original position of token p of sub-sequence g; values >= ``length``
@@ -92,7 +95,7 @@ def skiparse_index(length: int, sparse_k: int, mode: str) -> torch.Tensor:
     return _index(length, sparse_k, mode).clone()
 
 
-def group_lengths(length: int, sparse_k: int, mode: str) -> list[int]:
+def group_lengths(length: int, sparse_k: int, mode: SkiparseMode) -> list[int]:
     """Real (non-pad) tokens in each of the k sub-sequences; pads always sit at the end of a sub-sequence."""
     _check(sparse_k, mode)
     idx = _index(length, sparse_k, mode).view(sparse_k, -1)
@@ -100,13 +103,13 @@ def group_lengths(length: int, sparse_k: int, mode: str) -> list[int]:
 
 
 @functools.lru_cache(maxsize=64)
-def _key_mask(length: int, sparse_k: int, mode: str) -> torch.Tensor | None:
+def _key_mask(length: int, sparse_k: int, mode: SkiparseMode) -> torch.Tensor | None:
     if not pad_length(length, sparse_k):
         return None
     return (_index(length, sparse_k, mode) < length).view(sparse_k, 1, 1, -1)
 
 
-def skiparse_key_mask(length: int, sparse_k: int, mode: str, batch: int,
+def skiparse_key_mask(length: int, sparse_k: int, mode: SkiparseMode, batch: int,
                       device: torch.device | str | None = None) -> torch.Tensor | None:
     """Bool key mask ``[k*B, 1, 1, L'/k]`` (True = real key, False = padding), None when nothing is padded."""
     _check(sparse_k, mode)
@@ -128,10 +131,11 @@ def _attend_by_length(q, k, v, lengths: list[int], batch: int, attn: Callable) -
         if out is None:
             out = q.new_zeros(q.shape[:-1] + (v.shape[-1],), dtype=part.dtype)
         out[rows, :, :c] = part
+    assert out is not None, "skiparse: every group is empty (sequence length 0)"
     return out
 
 
-def skiparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse_k: int, mode: str,
+def skiparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse_k: int, mode: SkiparseMode,
                        attn: Callable | None = None, *, masks: bool = True) -> torch.Tensor:
     """Skiparse self-attention: permute, attend inside each sub-sequence, restore token order.
 
@@ -187,7 +191,7 @@ class SkiparseSchedule:
     """
 
     ks: tuple[int, ...]
-    modes: tuple[str, ...]
+    modes: tuple[SkiparseMode, ...]
     steps: tuple | None = None
     name: str = "custom"
 
@@ -204,7 +208,8 @@ class SkiparseSchedule:
     def num_layers(self) -> int:
         return len(self.ks)
 
-    def plan(self, layer: int, step: int | None = None, total: int | None = None) -> tuple[int, str] | None:
+    def plan(self, layer: int, step: int | None = None,
+             total: int | None = None) -> tuple[int, SkiparseMode] | None:
         """``(k, mode)`` for block ``layer`` at this step, or None for dense attention."""
         if not 0 <= layer < len(self.ks):
             raise ValueError(f"skiparse schedule {self.name!r} covers {len(self.ks)} blocks; block {layer} "
@@ -224,7 +229,7 @@ class SkiparseSchedule:
               steps=None) -> "SkiparseSchedule":
         """Open-Sora Plan v1.3: first/last two blocks dense, even blocks single skip, odd blocks group skip."""
         ks = tuple(k if dense_first <= i < num_layers - dense_last else 1 for i in range(num_layers))
-        modes = tuple("single" if i % 2 == 0 else "group" for i in range(num_layers))
+        modes: tuple[SkiparseMode, ...] = tuple("single" if i % 2 == 0 else "group" for i in range(num_layers))
         return cls(ks, modes, steps, "osp13")
 
     @classmethod
@@ -245,7 +250,7 @@ class SkiparseSchedule:
         return cls(tuple(ks), tuple(modes), steps, "suv")
 
     @classmethod
-    def custom(cls, ks: Sequence[int], modes: Sequence[str] | None = None, steps=None) -> "SkiparseSchedule":
+    def custom(cls, ks: Sequence[int], modes: Sequence[SkiparseMode] | None = None, steps=None) -> "SkiparseSchedule":
         """A ratio per block; modes default to single on even, group on odd block indices."""
         ks = tuple(int(k) for k in ks)
         modes = tuple(modes) if modes is not None else tuple(
@@ -253,8 +258,8 @@ class SkiparseSchedule:
         return cls(ks, modes, steps, "custom")
 
 
-def skiparse_schedule(name: str, num_layers: int, *, k: int = 4, ks: Sequence[int] | None = None,
-                      modes: Sequence[str] | None = None, profile: Sequence[int] = SUV_PROFILE,
+def skiparse_schedule(name: Skiparse, num_layers: int, *, k: int = 4, ks: Sequence[int] | None = None,
+                      modes: Sequence[SkiparseMode] | None = None, profile: Sequence[int] = SUV_PROFILE,
                       stage_blocks: Sequence[int] | None = None, steps=None) -> SkiparseSchedule | None:
     """Schedule by name: ``none`` (None), ``osp13`` (ratio ``k``), ``suv`` (``profile``, ``stage_blocks``),
     ``custom`` (``ks`` per block, optional ``modes``)."""

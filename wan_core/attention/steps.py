@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import math
 
-StepRange = tuple  # (start, stop): int | float | None each
 
-
-def check_step_range(rng, what: str = "steps") -> tuple:
+def check_step_range(rng, what: str = "steps") -> tuple | None:
     """Validate and normalise ``rng`` to a 2-tuple; raise ValueError naming ``what`` otherwise."""
     if rng is None:
         return None

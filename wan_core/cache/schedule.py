@@ -46,6 +46,3 @@ class Window:
     def reuses(self, step: int) -> bool:
         """True when ``step`` is inside the window and not an anchor."""
         return self.inside(step) and self.anchor(step) != step
-
-    def count_reused(self, steps: int) -> int:
-        return sum(self.reuses(i) for i in range(steps))

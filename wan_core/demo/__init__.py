@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .model import DEMO_DEFAULTS, DemoDefaults
+from .model import DEMO_DEFAULTS as DEMO_DEFAULTS, DemoDefaults as DemoDefaults  # re-exported
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 _FILES = {"dit": "dit.safetensors", "vae": "vae.safetensors", "text_encoder": "text_encoder.safetensors"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -42,8 +43,9 @@ def generation_config(prompt: str, seed: int, **overrides):
     from ..pipeline import GenerationConfig
 
     d = DEMO_DEFAULTS
-    base = dict(prompt=prompt, negative_prompt=d.negative_prompt, width=d.width, height=d.height, frames=d.frames,
-                steps=d.steps, guidance=d.guidance, shift=d.shift, solver=d.solver, seed=seed)
+    base: dict[str, Any] = dict(prompt=prompt, negative_prompt=d.negative_prompt, width=d.width, height=d.height,
+                                frames=d.frames, steps=d.steps, guidance=d.guidance, shift=d.shift, solver=d.solver,
+                                seed=seed)
     base.update(overrides)
     return GenerationConfig(**base)
 
@@ -76,7 +78,8 @@ def run_prompts(dit, vae, text_encoder, pairs=D.HELD_OUT, cache=None, keep_video
 def vae_psnr(vae, n: int = 6, tile: int = 4, overlap: int = 2) -> dict:
     """Reconstruction PSNR (dB, videos in [-1, 1]) of held-out clips at the demo size (64x64, 17 frames),
     decoded untiled and with spatial tiles of ``tile`` latents (``overlap`` latents blended)."""
-    untiled, tiled = [], []
+    untiled: list[float] = []
+    tiled: list[float] = []
     with torch.inference_mode():
         for i in range(n):
             video, _ = D.make_clip(D.TRAIN_SEED_LIMIT + 500 + i, width=64, height=64, frames=17)

@@ -2,6 +2,8 @@
 (docs/wan_spec.md sections 2.1-2.3, 2.6)."""
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -34,8 +36,10 @@ def time_embed(t: torch.Tensor, freq_dim: int, time_embedding: nn.Sequential,
     (docs/wan_spec.md section 2.2).
     """
     s = sinusoidal_embedding(t, freq_dim)
-    e = linear_fp32(F.silu(linear_fp32(s, time_embedding[0])), time_embedding[2])
-    e0 = linear_fp32(F.silu(e), time_projection[1])
+    # nn.Sequential indexing is typed as Module; the layout above fixes these entries as Linear
+    lin1, lin2, proj = (cast(nn.Linear, m) for m in (time_embedding[0], time_embedding[2], time_projection[1]))
+    e = linear_fp32(F.silu(linear_fp32(s, lin1)), lin2)
+    e0 = linear_fp32(F.silu(e), proj)
     return e, e0.unflatten(1, (6, -1))
 
 
@@ -48,9 +52,11 @@ def pad_context(
     ``context``: ``[B, L, text_dim]`` or a list of ``[L_i, text_dim]`` (one per sample, L_i <= text_len).
     A single item is broadcast to the batch.
     """
-    items = list(context) if isinstance(context, (list, tuple)) else list(context.unbind(0)) \
-        if context.dim() == 3 else None
-    if items is None:
+    if isinstance(context, (list, tuple)):
+        items = list(context)
+    elif context.dim() == 3:
+        items = list(context.unbind(0))
+    else:
         raise ValueError(f"context must be [B, L, {text_dim}] or a list of [L_i, {text_dim}], got shape "
                          f"{list(context.shape)}")
     if len(items) == 1 and batch > 1:

@@ -12,6 +12,8 @@ reuse) and what the output was (``record_output``). The call ``dit(x, t, context
 """
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -79,7 +81,7 @@ class WanDiT(nn.Module):
 
     def text_kv(self, ctx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Embedded text ``[B, text_len, D]`` -> every block's cross-attention ``(k, v)`` (``[B, N, text_len, d]``)."""
-        return [block.cross_attn.text_kv(ctx) for block in self.blocks]
+        return [cast(WanBlock, block).cross_attn.text_kv(ctx) for block in self.blocks]
 
     def run_blocks(self, h: torch.Tensor, e0: torch.Tensor, text, freqs: torch.Tensor,
                    attention_cache=None) -> torch.Tensor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import warnings
+from typing import Literal, cast
 
 import torch
 import torch.nn as nn
@@ -21,6 +22,8 @@ from ..checkpoint import FP8_DTYPES, dequantize
 
 GEMM_MODES = ("upcast", "scaled_mm")
 GRANULARITIES = ("tensor", "channel")
+Gemm = Literal["upcast", "scaled_mm"]  # mirrors GEMM_MODES (a test keeps them equal)
+Granularity = Literal["tensor", "channel"]  # mirrors GRANULARITIES
 FP8_E4M3 = torch.float8_e4m3fn
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 _TINY = torch.finfo(torch.float32).tiny
@@ -43,7 +46,7 @@ def is_block_linear(name: str) -> bool:
     return BLOCK_LINEAR.match(name) is not None
 
 
-def quantize_weight(w: torch.Tensor, granularity: str = "tensor", scaled: bool = True,
+def quantize_weight(w: torch.Tensor, granularity: Granularity = "tensor", scaled: bool = True,
                     fp8_dtype: torch.dtype = FP8_E4M3) -> tuple[torch.Tensor, torch.Tensor]:
     """``w [N, K]`` -> ``(w8 [N, K] fp8, scale float32)``: scale ``[]`` (tensor) or ``[N]`` (channel).
 
@@ -103,7 +106,7 @@ def scaled_mm_support(device: torch.device | str, out_dtype: torch.dtype = torch
 
 
 def fp8_linear(x: torch.Tensor, w8: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None, *,
-               gemm: str = "upcast", compute_dtype: torch.dtype | None = None) -> torch.Tensor:
+               gemm: Gemm = "upcast", compute_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``y = x (w8 * scale)^T + bias``; x ``[..., K]``, w8 ``[N, K]`` fp8, scale ``[]``/``[N]`` -> ``[..., N]``
     in ``compute_dtype`` (default x's dtype)."""
     dtype = compute_dtype or x.dtype
@@ -139,7 +142,7 @@ class FP8Linear(nn.Module):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
-                 compute_dtype: torch.dtype = torch.bfloat16, gemm: str = "upcast",
+                 compute_dtype: torch.dtype = torch.bfloat16, gemm: Gemm = "upcast",
                  fp8_dtype: torch.dtype = FP8_E4M3, scale_shape: tuple[int, ...] = (),
                  device: torch.device | str | None = None):
         super().__init__()
@@ -158,7 +161,7 @@ class FP8Linear(nn.Module):
 
     @classmethod
     def from_quantized(cls, w8: torch.Tensor, scale: torch.Tensor | None, bias: torch.Tensor | None = None, *,
-                       compute_dtype: torch.dtype = torch.bfloat16, gemm: str = "upcast") -> "FP8Linear":
+                       compute_dtype: torch.dtype = torch.bfloat16, gemm: Gemm = "upcast") -> "FP8Linear":
         """Wrap an fp8 weight ``[N, K]`` and its scale (None = 1; ``[]``, ``[1]``, ``[N]`` or ``[N, 1]``)."""
         n, k = w8.shape
         scale = torch.ones((), device=w8.device) if scale is None else scale.float()
@@ -174,8 +177,8 @@ class FP8Linear(nn.Module):
         return layer
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, granularity: str = "tensor", scaled: bool = True, *,
-                    compute_dtype: torch.dtype | None = None, gemm: str = "upcast") -> "FP8Linear":
+    def from_linear(cls, linear: nn.Linear, granularity: Granularity = "tensor", scaled: bool = True, *,
+                    compute_dtype: torch.dtype | None = None, gemm: Gemm = "upcast") -> "FP8Linear":
         """Quantise an ``nn.Linear`` (its weight is read once; keep no reference to free it)."""
         w8, scale = quantize_weight(linear.weight.detach(), granularity, scaled)
         return cls.from_quantized(w8, scale, None if linear.bias is None else linear.bias.detach(),
@@ -212,18 +215,18 @@ def _set_submodule(root: nn.Module, name: str, module: nn.Module) -> None:
     setattr(root.get_submodule(parent) if parent else root, leaf, module)
 
 
-def quantize_linears(model: nn.Module, select=is_block_linear, granularity: str = "tensor",
-                     scaled: bool = True, gemm: str = "upcast") -> list[str]:
+def quantize_linears(model: nn.Module, select=is_block_linear, granularity: Granularity = "tensor",
+                     scaled: bool = True, gemm: Gemm = "upcast") -> list[str]:
     """Replace the ``nn.Linear`` layers whose name passes ``select`` by :class:`FP8Linear`, one at a time
     (the full-precision weight of each is freed as it is replaced). Returns the converted names."""
     names = [n for n, m in model.named_modules() if type(m) is nn.Linear and select(n)]
     for name in names:
-        _set_submodule(model, name, FP8Linear.from_linear(model.get_submodule(name), granularity, scaled,
-                                                          gemm=gemm))
+        linear = cast(nn.Linear, model.get_submodule(name))  # the filter above kept nn.Linear only
+        _set_submodule(model, name, FP8Linear.from_linear(linear, granularity, scaled, gemm=gemm))
     return names
 
 
-def set_gemm(model: nn.Module, gemm: str, select=is_block_linear) -> int:
+def set_gemm(model: nn.Module, gemm: Gemm, select=is_block_linear) -> int:
     """Switch the compute mode of the FP8 layers whose name passes ``select``; returns how many."""
     if gemm not in GEMM_MODES:
         raise ValueError(f"gemm must be one of {GEMM_MODES}, got {gemm!r}")

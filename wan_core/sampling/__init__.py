@@ -8,7 +8,7 @@ Implements docs/wan_spec.md section 6. Typical use (the pipeline does this)::
     latents = sample(guide, x, schedule, "unipc", callback=..., interrupt=...)
 """
 from .cfg import ClassifierFreeGuidance, check_guidance, combine_guidance, concat_contexts
-from .comfy_schedule import COMFY_SCHEDULERS, comfy_flow_sigmas, comfy_flow_table
+from .comfy_schedule import COMFY_SCHEDULERS, ComfyScheduler, comfy_flow_sigmas, comfy_flow_table
 from .dpmpp import DPMPP2MSolver
 from .euler import EulerSolver
 from .flow import log_snr, noise_latent, x0_from_velocity
@@ -16,15 +16,16 @@ from .hooks import BranchCache, GuidanceCache, StepHook
 from .loop import SamplingInterrupted, initial_latent, sample
 from .noise import make_noise
 from .prompts import DEFAULT_NEGATIVE_PROMPT
-from .schedule import (CONVENTIONS, NUM_TRAIN_TIMESTEPS, FlowSchedule, ScheduleConfig, build_schedule,
+from .schedule import (CONVENTIONS, NUM_TRAIN_TIMESTEPS, Convention, FlowSchedule, ScheduleConfig, build_schedule,
                        check_sigmas, sigma_to_timestep, time_shift)
-from .solver import SOLVER_NAMES, FlowSolver, SolverStep, make_solver
+from .solver import SOLVER_NAMES, FlowSolver, Solver, SolverStep, make_solver
 from .unipc import UniPCSolver
 
 __all__ = [
-    "BranchCache", "COMFY_SCHEDULERS", "CONVENTIONS", "ClassifierFreeGuidance", "DEFAULT_NEGATIVE_PROMPT",
-    "DPMPP2MSolver", "EulerSolver", "FlowSchedule", "FlowSolver", "GuidanceCache", "NUM_TRAIN_TIMESTEPS",
-    "SOLVER_NAMES", "SamplingInterrupted", "ScheduleConfig", "SolverStep", "StepHook", "UniPCSolver",
+    "BranchCache", "COMFY_SCHEDULERS", "CONVENTIONS", "ClassifierFreeGuidance", "ComfyScheduler", "Convention",
+    "DEFAULT_NEGATIVE_PROMPT", "DPMPP2MSolver", "EulerSolver", "FlowSchedule", "FlowSolver", "GuidanceCache",
+    "NUM_TRAIN_TIMESTEPS", "SOLVER_NAMES", "SamplingInterrupted", "ScheduleConfig", "Solver", "SolverStep",
+    "StepHook", "UniPCSolver",
     "build_schedule", "check_guidance", "check_sigmas", "combine_guidance", "comfy_flow_sigmas",
     "comfy_flow_table", "concat_contexts", "initial_latent", "log_snr", "make_noise", "make_solver",
     "noise_latent", "sample", "sigma_to_timestep", "time_shift", "x0_from_velocity",

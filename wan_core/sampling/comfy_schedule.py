@@ -14,11 +14,14 @@ Everything is computed in float32 like ComfyUI, so the sigmas match its values b
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
-__all__ = ["COMFY_SCHEDULERS", "comfy_flow_table", "comfy_flow_sigmas"]
+__all__ = ["COMFY_SCHEDULERS", "ComfyScheduler", "comfy_flow_table", "comfy_flow_sigmas"]
 
 COMFY_SCHEDULERS = ("simple", "normal")
+ComfyScheduler = Literal["simple", "normal"]  # mirrors COMFY_SCHEDULERS (a test keeps them equal)
 _TABLE_SIZE = 1000
 _MULTIPLIER = 1000.0
 
@@ -36,7 +39,7 @@ def comfy_flow_table(shift: float) -> torch.Tensor:
     return _shift32(timesteps / _MULTIPLIER, shift)
 
 
-def comfy_flow_sigmas(scheduler: str, steps: int, shift: float) -> torch.Tensor:
+def comfy_flow_sigmas(scheduler: ComfyScheduler, steps: int, shift: float) -> torch.Tensor:
     """ComfyUI's sigmas for ``scheduler`` in ("simple", "normal"): float32 ``[steps + 1]``, last entry 0."""
     table = comfy_flow_table(shift)
     if scheduler == "simple":

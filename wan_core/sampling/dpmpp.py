@@ -44,8 +44,8 @@ class DPMPP2MSolver:
         alpha_t = 1.0 - sigma_t
         e = math.expm1(-h)
         x_next = (sigma_t / sigma_s) * x - (alpha_t * e) * x0
-        second_order = 0 < i < self.num_steps - 1
-        if second_order:
+        # the step counter makes steps run in order, so _prev_x0 is set for every i > 0
+        if 0 < i < self.num_steps - 1 and self._prev_x0 is not None:
             r0 = (self.lambdas[i] - self.lambdas[i - 1]) / h
             d1 = (x0 - self._prev_x0) * (1.0 / r0)
             x_next = x_next - (0.5 * alpha_t * e) * d1

@@ -24,16 +24,17 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import torch
 
-from .comfy_schedule import COMFY_SCHEDULERS, comfy_flow_sigmas
+from .comfy_schedule import COMFY_SCHEDULERS, ComfyScheduler, comfy_flow_sigmas
 
 __all__ = [
     "NUM_TRAIN_TIMESTEPS",
     "CONVENTIONS",
+    "Convention",
     "time_shift",
     "sigma_to_timestep",
     "ScheduleConfig",
@@ -44,6 +45,7 @@ __all__ = [
 
 NUM_TRAIN_TIMESTEPS = 1000
 CONVENTIONS = ("official", "dpm", "comfyui", "custom")
+Convention = Literal["official", "dpm", "comfyui", "custom"]  # mirrors CONVENTIONS (a test keeps them equal)
 _OFFICIAL_SIGMA_MAX = 0.999  # sigma_max of the official 1000-step training table
 _MAX_SCHEDULE_STEPS = 100_000
 
@@ -79,8 +81,8 @@ class ScheduleConfig:
 
     steps: int = 50
     shift: float = 5.0
-    convention: str = "official"
-    scheduler: str = "simple"
+    convention: Convention = "official"
+    scheduler: ComfyScheduler = "simple"
     discard_penultimate: bool = False
     denoise: float = 1.0
     sigmas: tuple[float, ...] | None = None

@@ -7,11 +7,11 @@ there is no module-level state.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol, Sequence
+from typing import Callable, Literal, NamedTuple, Protocol, Sequence
 
 import torch
 
-__all__ = ["SolverStep", "FlowSolver", "SOLVER_NAMES", "make_solver", "sigma_list"]
+__all__ = ["SolverStep", "FlowSolver", "SOLVER_NAMES", "Solver", "make_solver", "sigma_list"]
 
 
 class SolverStep(NamedTuple):
@@ -60,13 +60,14 @@ class StepCounter:
         self.next_index += 1
 
 
-def make_solver(name: str, sigmas: Sequence[float] | torch.Tensor) -> FlowSolver:
+def make_solver(name: Solver, sigmas: Sequence[float] | torch.Tensor) -> FlowSolver:
     """A fresh solver ``name`` in ``SOLVER_NAMES`` for one run over ``sigmas`` (``[N + 1]``)."""
     from .dpmpp import DPMPP2MSolver
     from .euler import EulerSolver
     from .unipc import UniPCSolver
 
-    solvers = {"euler": EulerSolver, "unipc": UniPCSolver, "dpm++": DPMPP2MSolver}
+    solvers: dict[str, Callable[[Sequence[float] | torch.Tensor], FlowSolver]] = {
+        "euler": EulerSolver, "unipc": UniPCSolver, "dpm++": DPMPP2MSolver}
     cls = solvers.get(name)
     if cls is None:
         raise ValueError(f"solver={name!r} is not known; valid: {', '.join(SOLVER_NAMES)}")
@@ -74,3 +75,4 @@ def make_solver(name: str, sigmas: Sequence[float] | torch.Tensor) -> FlowSolver
 
 
 SOLVER_NAMES = ("unipc", "dpm++", "euler")
+Solver = Literal["unipc", "dpm++", "euler"]  # mirrors SOLVER_NAMES (a test keeps them equal)

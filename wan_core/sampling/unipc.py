@@ -77,6 +77,7 @@ class UniPCSolver:
 
     def _correct(self, i: int, m_t: torch.Tensor) -> torch.Tensor:
         ratio, alpha_t, h, e = self._move(i - 1, i)
+        assert self._last_sample is not None, "UniPC corrector before the first step"
         m0 = self._x0_history[-1]
         x_corr = ratio * self._last_sample - (alpha_t * e) * m0
         if self._last_order == 1:

@@ -12,7 +12,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -347,8 +347,8 @@ class PromptRewriter:
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
         if not prompt.strip():
             raise ValueError("prompt is empty: there is nothing to rewrite")
-        settings = dict(seed=seed, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                        repetition_penalty=repetition_penalty, language=language)
+        settings: dict[str, Any] = dict(seed=seed, max_new_tokens=max_new_tokens, temperature=temperature,
+                                        top_p=top_p, repetition_penalty=repetition_penalty, language=language)
         hit = self.cached(prompt, **settings)
         if hit is not None:
             return hit
@@ -442,7 +442,8 @@ def load_prompt_rewriter(folder: str | Path, *, dtype: str | torch.dtype | None 
                                                      trust_remote_code=trust_remote_code, **_dtype_kwarg(torch_dtype))
     except (OSError, ValueError) as e:  # no weights, unsupported architecture, custom code
         raise RewriterError(f"LLM folder {str(path)!r}: cannot load the model ({e})") from e
-    model.to(target)
+    # transformers wraps ``to`` so that its typed signature loses ``self``; the call is nn.Module.to
+    cast(torch.nn.Module, model).to(target)
     return PromptRewriter(model, tokenizer, source=str(path), cache_size=cache_size)
 
 

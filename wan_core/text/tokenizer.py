@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -73,7 +74,7 @@ class SentencePieceTokenizer(PromptTokenizer):
                                  "(pip install sentencepiece)") from e
         if isinstance(model, (bytes, bytearray)):
             src = source or "<spiece_model bytes>"
-            kwargs = {"model_proto": bytes(model)}
+            kwargs: dict[str, Any] = {"model_proto": bytes(model)}
         else:
             src = source or os.fspath(model)
             kwargs = {"model_file": os.fspath(model)}

@@ -9,7 +9,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Iterable, Optional, Union
+from typing import Iterable, NoReturn, Optional, Union
 
 import torch
 
@@ -257,7 +257,7 @@ class AdaptiveGradClipper:
         return result
 
     # ----------------------------------------------------------------------------------------------
-    def _fail(self, step, g, tau_x, why):
+    def _fail(self, step, g, tau_x, why) -> NoReturn:
         marker = None
         if self.marker_path is not None:
             marker = self.marker_path

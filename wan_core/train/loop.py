@@ -14,7 +14,7 @@ import shutil
 import uuid
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union, cast
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -116,13 +116,14 @@ def collate_latents(items: Sequence):
     if len(shapes) != 1:
         raise ValueError(f"a batch mixes latent shapes {sorted(shapes)}; use the BucketSampler")
     latents = torch.stack(lat)
-    if all(c is None for c in ctx):
+    present = [c for c in ctx if c is not None]
+    if not present:
         return latents, None
-    if any(c is None for c in ctx):
+    if len(present) != len(ctx):
         raise ValueError("some items have a context and others do not")
-    if len({tuple(c.shape) for c in ctx}) == 1:
-        return latents, torch.stack(ctx)
-    return latents, list(ctx)
+    if len({tuple(c.shape) for c in present}) == 1:
+        return latents, torch.stack(present)
+    return latents, present
 
 
 def _dataset_shapes(dataset) -> list:
@@ -314,8 +315,9 @@ def train(
     from the items). resume: None (fresh), "latest" (newest ``step_N`` in ``config.checkpoint_dir``, fresh
     if none) or a checkpoint directory; a spike marker in ``checkpoint_dir`` moves the data position past
     the bad batch. interrupt: called after every optimizer step; True (on any rank) saves a checkpoint
-    (if a directory is set) and returns with ``interrupted=True``; pass it on every rank or on none. Under torch.distributed the sampler splits data by rank
-    (wrap the model in DDP/FSDP yourself; ``process_group``/``sharded_grads`` reach the clipper).
+    (if a directory is set) and returns with ``interrupted=True``; pass it on every rank or on none. Under
+    torch.distributed the sampler splits data by rank (wrap the model in DDP/FSDP yourself;
+    ``process_group``/``sharded_grads`` reach the clipper).
     Raises :class:`GradientSpikeError` on an extreme gradient spike (marker written first).
     """
     from tqdm.auto import tqdm
@@ -431,7 +433,8 @@ def train(
                 latents, context = _to(latents, device), _to(context, device)
                 gen = _micro_generator(cfg.seed, data_step * cfg.grad_accum + j, rank, world)
                 sync = (j == cfg.grad_accum - 1) or not hasattr(model, "no_sync")
-                with (contextlib.nullcontext() if sync else model.no_sync()):
+                # no_sync exists on the DDP wrapper the caller may pass; nn.Module does not declare it
+                with (contextlib.nullcontext() if sync else cast(Any, model).no_sync()):
                     with autocast():
                         loss = flow_matching_loss(model, latents, context, mean=cfg.timestep_mean,
                                                   std=cfg.timestep_std, shift=cfg.timestep_shift, generator=gen)

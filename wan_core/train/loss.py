@@ -135,7 +135,8 @@ def flow_matching_loss(
 
     data: [B, C, ...] clean latents (the report's x1). noise: same shape, default N(0, I) drawn from
     ``generator`` on the CPU. t: [B] report times, default ``sample_timesteps(B, mean, std, shift)``.
-    Returns the scalar loss (float32, or float64 for float64 inputs) ``mean((model(x_t, 1000*(1-t), context) - (noise - data))**2)``
+    Returns the scalar loss (float32, or float64 for float64 inputs)
+    ``mean((model(x_t, 1000*(1-t), context) - (noise - data))**2)``
     (equal to the report's ``||u - (x1 - x0)||^2`` with ``u = -model``), and the
     :class:`FlowMatchingBatch` too if ``return_batch``.
     """

@@ -104,7 +104,7 @@ class SkipFusion(nn.Module):
 def suv_forward(
     h: torch.Tensor,
     stages: Sequence[SUVStage],
-    fusions: Sequence[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]],
+    fusions: Sequence[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] | nn.ModuleList,
     run_block: Callable[[int, torch.Tensor], torch.Tensor],
 ) -> torch.Tensor:
     """Run blocks in SUV order: ``h = run_block(i, h)`` for every block i, pushing each encoder stage's
@@ -136,6 +136,8 @@ class SUVBlocks(nn.Module):
     block i's (stage index, sparse_k, mode) for wiring skiparse attention (applied by the attention layer,
     not here). At init (zero_init) the output equals running the blocks densely, bit for bit.
     """
+
+    blocks: nn.ModuleList  # set only when the blocks were given as an nn.ModuleList
 
     def __init__(
         self,

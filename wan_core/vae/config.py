@@ -60,7 +60,8 @@ class VAEConfig:
 
     @property
     def decoder_dims(self) -> list[int]:
-        return [self.decoder_base_dim * m for m in (self.dim_mult[-1],) + tuple(reversed(self.dim_mult))]
+        base = self.base_dim if self.decoder_base_dim is None else self.decoder_base_dim  # set by __post_init__
+        return [base * m for m in (self.dim_mult[-1],) + tuple(reversed(self.dim_mult))]
 
     def latent_frames(self, frames: int) -> int:
         """Latent frames for ``frames`` video frames (``frames`` = k * temporal_factor + 1)."""
