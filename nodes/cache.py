@@ -24,7 +24,7 @@ def _optional(value: float) -> float | None:
 
 
 def build(method: str = "wan", threshold: float = DEFAULT, start: float = DEFAULT, end: float = DEFAULT,
-          attention: str = "reuse", teacache_mode: str = "e", calibration: str = "") -> CacheConfig:
+          attention: str = "extrapolate", teacache_mode: str = "e", calibration: str = "") -> CacheConfig:
     """The ``CacheConfig`` for the node's widget values (raises ``ValueError`` with a one-line message)."""
     cal = Calibration.from_json(calibration) if calibration and calibration.strip() else None
     return CacheConfig(method=method, threshold=_optional(threshold), start=_optional(start), end=_optional(end),
@@ -32,12 +32,12 @@ def build(method: str = "wan", threshold: float = DEFAULT, start: float = DEFAUL
 
 
 def make_cache(method: str = "wan", threshold: float = DEFAULT, start: float = DEFAULT, end: float = DEFAULT,
-               attention: str = "reuse", teacache_mode: str = "e", calibration: str = ""):
+               attention: str = "extrapolate", teacache_mode: str = "e", calibration: str = ""):
     return (build(method, threshold, start, end, attention, teacache_mode, calibration),)
 
 
 def validate_cache(method: str = "wan", threshold: float = DEFAULT, start: float = DEFAULT, end: float = DEFAULT,
-                   attention: str = "reuse", teacache_mode: str = "e", calibration: str = "") -> bool | str:
+                   attention: str = "extrapolate", teacache_mode: str = "e", calibration: str = "") -> bool | str:
     """Pre-queue check: the same one-line message sampling would give, before anything is queued."""
     problems = CACHE.range_problems(threshold=threshold, start=start, end=end)
     if problems:
@@ -72,8 +72,9 @@ CACHE = NodeSpec(
         Input("end", "FLOAT", default=DEFAULT, min=-1.0, max=1.0, step=0.01,
               tooltip="fraction of the steps from which every step is computed again; -1 = the method's default "
                       "(1.0; teacache and easycache compute the last step)"),
-        Input("attention", "COMBO", default="reuse", options=ATTENTION_CHOICES, advanced=True,
-              tooltip="wan: self-attention between computed steps reused as is, linearly extrapolated, or off"),
+        Input("attention", "COMBO", default="extrapolate", options=ATTENTION_CHOICES, advanced=True,
+              tooltip="wan: self-attention between computed steps linearly extrapolated from the last two "
+                      "(default), reused as is (half the memory, less accurate), or off"),
         Input("teacache_mode", "COMBO", default="e", options=TEACACHE_MODES, advanced=True,
               tooltip="teacache indicator: e = timestep embedding (published default), e0 = time projection "
                       "(use_ret_steps: first 5 steps computed)"),

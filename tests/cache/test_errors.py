@@ -32,7 +32,7 @@ def one_line(excinfo) -> str:
     ({"method": "wan", "start": 0.5, "end": 0.5}, ["start=0.5 is not before end=0.5"]),
     ({"method": "wan", "end": 1.5}, ["end=1.5", "<= 1"]),
     ({"method": "wan", "cfg_interval": 0}, ["cfg_interval=0", ">= 1"]),
-    ({"method": "wan", "attention": "always"}, ["attention='always'", "reuse, extrapolate, off"]),
+    ({"method": "wan", "attention": "always"}, ["attention='always'", "extrapolate, reuse, off"]),
     ({"method": "teacache", "teacache_mode": "x"}, ["teacache_mode='x'", "e, e0"]),
     ({"method": "magcache", "max_skips": 2.5}, ["max_skips=2.5", "integer"]),
 ])

@@ -124,7 +124,7 @@ def test_wan_window_and_attention_options(dit):
                     size=32, frames=5)
     assert [i for i, s in enumerate(report.status) if s["uncond"] == "estimated"] == [5]
     assert report.attention_reused == 0
-    out_e, rep_e = run(dit, CacheConfig.preset("wan", attention="extrapolate"), steps=12, size=32, frames=5)
-    out_r, rep_r = run(dit, CacheConfig.preset("wan"), steps=12, size=32, frames=5)
+    out_e, rep_e = run(dit, CacheConfig.preset("wan"), steps=12, size=32, frames=5)  # extrapolate by default
+    out_r, rep_r = run(dit, CacheConfig.preset("wan", attention="reuse"), steps=12, size=32, frames=5)
     assert rep_e.attention_reused == rep_r.attention_reused > 0
     assert not torch.equal(out_e, out_r) and torch.isfinite(out_e).all()

@@ -25,7 +25,7 @@ __all__ = [
 
 PRESETS = ("off", "exact", "wan", "teacache", "magcache", "easycache")
 METHODS = PRESETS + ("calibrate",)
-ATTENTION_CHOICES = ("reuse", "extrapolate", "off")
+ATTENTION_CHOICES = ("extrapolate", "reuse", "off")
 TEACACHE_MODES = ("e", "e0")
 # The Wan cache's window (fractions of the steps): CFG and attention reuse from 20 % of the steps to the end.
 WAN_START = 0.2
@@ -66,7 +66,8 @@ class CacheConfig:
     start, end: fractions of the steps (0 <= start < end <= 1): the window where the method may reuse; steps
     before ``start`` and from ``end`` on always compute. text_kv: the exact text-KV cache (every method but off).
     cfg_interval: ``wan``: unconditional pass every N steps inside the window (None: ``max(2, round(steps/10))``).
-    attention / attention_interval: ``wan``: self-attention "reuse" | "extrapolate" | "off", computed every N.
+    attention / attention_interval: ``wan``: self-attention "extrapolate" (default) | "reuse" (half the memory,
+    less accurate) | "off", computed every N steps.
     teacache_mode: "e" (timestep embedding, published default) | "e0" (time projection, ``use_ret_steps``).
     coefficients: TeaCache polynomial (highest degree first) instead of the published / calibrated one.
     max_skips: MagCache's K, the most consecutive reused steps. calibration: a ``Calibration`` (MagCache ratios,
@@ -80,7 +81,7 @@ class CacheConfig:
     end: float | None = None
     text_kv: bool = True
     cfg_interval: int | None = None
-    attention: str = "reuse"
+    attention: str = "extrapolate"
     attention_interval: int = WAN_ATTENTION_INTERVAL
     teacache_mode: str = "e"
     coefficients: tuple[float, ...] | None = None
