@@ -57,7 +57,8 @@ def load(args):
             base = generation_config(pairs[0][0], pairs[0][1])
             settings = {k: getattr(base, k) for k in ("width", "height", "frames", "steps", "guidance", "shift",
                                                       "solver", "negative_prompt")}
-            return dit, vae, te, pairs, settings, score_clip, "built-in demo model"
+            label = f"demo model from {args.weights}" if args.weights else "built-in demo model"
+            return dit, vae, te, pairs, settings, score_clip, label
         except (ImportError, FileNotFoundError, AttributeError, OSError) as e:
             print(f"demo model not available ({type(e).__name__}: {e}); using tiny random models "
                   f"(evaluations and timing only)", file=sys.stderr)
