@@ -47,7 +47,7 @@ class DemoTrainConfig:
     vae_lr: float = 1e-3
     num_clips: int = 800
     dit_steps: int = 2000
-    decoder_steps: int = 2000  # decoder-only fine-tune after the DiT (the latent space stays fixed)
+    decoder_steps: int = 1200  # decoder-only fine-tune after the DiT (the latent space stays fixed)
     dit_batch: int = 8
     dit_lr: float = 4e-4
     dit_warmup: int = 100
@@ -126,6 +126,8 @@ def _vae_batch(rng: random.Random, cfg: DemoTrainConfig) -> torch.Tensor:
     c = cfg.vae_crop
     while len(crops) < cfg.vae_batch:
         spec = D.clip_spec(rng.randrange(D.TRAIN_SEED_LIMIT))
+        if spec.frames < cfg.vae_frames:
+            spec = D.clip_spec(spec.seed, width=spec.width, height=spec.height, frames=cfg.vae_frames)
         video = D.render(spec)
         t0 = rng.randrange(0, spec.frames - cfg.vae_frames + 1)
         if rng.random() < 0.5:
@@ -339,7 +341,7 @@ def stage_dit(out: str, cfg: DemoTrainConfig) -> None:
     _summary(out, dit={"steps": result.step, "wall_s_last_run": round(time.time() - t0, 1),
                        "final_loss_mean_last_200": sum(tail) / max(len(tail), 1),
                        "params": sum(p.numel() for p in model.parameters()),
-                       "clipped": sum(s != "ok" for s in result.clip_status)})
+                       "clipped": sum(s == "clipped" for s in result.clip_status)})
 
 
 # ----------------------------------------------------------------------------------------- 5. VAE decoder
@@ -367,7 +369,7 @@ def stage_vae_decoder(out: str, cfg: DemoTrainConfig) -> None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"]
-    dcfg = DemoTrainConfig(vae_batch=3, vae_frames=9, vae_crop=cfg.vae_crop, seed=cfg.seed + 5)
+    dcfg = DemoTrainConfig(vae_batch=2, vae_frames=17, vae_crop=cfg.vae_crop, seed=cfg.seed + 5)
     t0 = time.time()
     model.train()
     with autograd_safe_vae():
