@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from wan_core import latent_format
-from wan_core.pipeline import GenerationConfig, WanPipeline
+from wan_core.pipeline import GenerationConfig, WanPipeline, check_embeddings, check_latent, check_models
 from wan_core.sampling import SOLVER_NAMES
 
 from . import host
@@ -27,9 +27,10 @@ def _preview(x0: torch.Tensor):
 def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, guidance: float = 5.0,
            shift: float = 5.0, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0,
            cache=None):
-    z = latent["samples"]
-    if z.dim() != 5 or z.shape[1] != latent_format.CHANNELS:
-        raise ValueError(f"latent: expected a Wan video latent [B, 16, T, H, W], got shape {list(z.shape)}")
+    check_models(model)
+    # Values matter only when sampling starts from the latent (denoise < 1); otherwise only its shape is used.
+    z = check_latent(latent.get("samples") if isinstance(latent, dict) else None, "latent", dit=model,
+                     values=denoise < 1.0)
     b, _, t, h, w = z.shape
     cfg = GenerationConfig(width=w * 8, height=h * 8, frames=(t - 1) * 4 + 1, steps=steps, guidance=guidance,
                            shift=shift, solver=solver, seed=seed, convention=SCHEDULES[schedule],
@@ -39,6 +40,8 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, gu
     uncond = embeds["uncond"] * b if len(embeds["uncond"]) == 1 else embeds["uncond"]
     if len(cond) != b:
         raise ValueError(f"embeds hold {len(cond)} prompts but the latent batch is {b}")
+    check_embeddings(cond, "embeds (prompt)", model)
+    check_embeddings(uncond, "embeds (negative prompt)", model)
     start = z if denoise < 1.0 else None
     if start is not None and not start.abs().sum() > 0:
         raise ValueError("denoise < 1 needs a latent to start from (e.g. from WanCore VAE Encode), not an empty one")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from wan_core.numerics import check_finite
+from wan_core.pipeline import check_latent
 from wan_core.vae.image import image_to_video, video_to_image
 
 from . import host
@@ -32,9 +34,7 @@ def validate_tiles(tile_size: int | None = 256, overlap: int | None = 64) -> boo
 
 
 def decode(vae, samples: dict, tiling: str = "auto", tile_size: int = 256, overlap: int = 64):
-    z = samples["samples"]
-    if z.dim() != 5:
-        raise ValueError(f"samples: expected a video latent [B, 16, T, H, W], got shape {list(z.shape)}")
+    z = check_latent(samples.get("samples") if isinstance(samples, dict) else None, "samples", vae=vae)
     tiles = validate_tiles(tile_size, overlap)
     if tiles is not True:
         raise ValueError(tiles)
@@ -46,6 +46,10 @@ def decode(vae, samples: dict, tiling: str = "auto", tile_size: int = 256, overl
 
 
 def encode(vae, image: torch.Tensor, tiling: str = "auto"):
+    if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.shape[-1] not in (3, 4):
+        raise ValueError(f"image: expected an IMAGE batch [frames, H, W, 3], got "
+                         f"{list(image.shape) if isinstance(image, torch.Tensor) else type(image).__name__}")
+    check_finite(image, "image", "the frames are corrupt")
     t = image.shape[0]
     if (t - 1) % 4:
         lo = t - (t - 1) % 4

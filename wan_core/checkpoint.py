@@ -16,6 +16,8 @@ from typing import Any, Union
 
 import torch
 
+from .numerics import nonfinite_count
+
 FP8_DTYPES = tuple(
     d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) if d is not None
 )
@@ -23,6 +25,7 @@ FP8_DTYPES = tuple(
 # Tensors that only describe quantisation; never model parameters.
 _QUANT_SUFFIXES = (".scale_weight", ".weight_scale", ".scale_input", ".input_scale", ".comfy_quant")
 _QUANT_MARKERS = ("scaled_fp8",)
+_SCALE_SUFFIXES = (".scale_weight", ".weight_scale")
 
 SAFETENSORS_EXTS = (".safetensors", ".sft")
 PICKLE_EXTS = (".pth", ".pt", ".ckpt", ".bin")
@@ -354,6 +357,56 @@ def weight_scale_key(sd: Mapping[str, torch.Tensor], weight_key: str) -> str | N
     return None
 
 
+def missing_fp8_scales(sd: LazyStateDict) -> list[str]:
+    """The fp8 tensors of a *scaled* fp8 file that have no scale (empty for plain fp8 and non-fp8 files).
+
+    A file is scaled when it has the ``scaled_fp8`` marker or any ``*.scale_weight`` / ``*.weight_scale``
+    tensor; ComfyUI then stores every fp8 weight with its scale (docs/wan_spec.md section 5.4). A missing scale would
+    silently be 1: weights off by the scale's inverse (about 3,584x for typical Wan layers).
+    """
+    if not any(k in _QUANT_MARKERS or k.endswith(_SCALE_SUFFIXES) for k in sd):
+        return []
+    return [k for k in sd if not is_quant_aux_key(k) and sd.dtype(k) in FP8_DTYPES
+            and weight_scale_key(sd, k) is None]
+
+
+def check_fp8_scales(sd: LazyStateDict) -> None:
+    """Refuse a scaled fp8 file in which some fp8 weights lack their scale (see ``missing_fp8_scales``)."""
+    missing = missing_fp8_scales(sd)
+    if missing:
+        raise CheckpointError(
+            f"{sd.source}: a scaled fp8 file, but {len(missing)} fp8 weight(s) have no scale tensor "
+            f"(<layer>.scale_weight or <layer>.weight_scale), e.g. {', '.join(missing[:4])}; without it the "
+            f"weight would be used unscaled (hundreds to thousands of times too large). The file is incomplete "
+            f"or was converted wrongly: download or convert it again"
+        )
+
+
+def nonfinite_error(source: str, bad: list[tuple[str, int, int, str]]) -> CheckpointError:
+    """The error for tensors found holding NaN/Inf while loading: ``bad`` = (key, count, numel, note)."""
+    key, count, numel, note = bad[0]
+    others = f"; also {', '.join(b[0] for b in bad[1:4])}" + (" ..." if len(bad) > 4 else "") if bad[1:] else ""
+    if note:
+        why = f"{note}"
+    else:
+        why = ("the file is corrupt or was saved from a diverged training run; download it again or use "
+               "another file")
+    return CheckpointError(
+        f"{source}: {len(bad)} tensor(s) hold NaN/Inf values, first {key} ({count} of {numel} values){others}; "
+        f"{why}"
+    )
+
+
+def _nonfinite_note(raw: torch.Tensor, loaded: torch.Tensor) -> str:
+    """Why a loaded tensor is non-finite when the stored one is not (only called on the error path)."""
+    if nonfinite_count(raw):
+        return ""
+    if raw.dtype in FP8_DTYPES:
+        return "the stored fp8 values are finite, so its scale tensor is NaN/Inf or too large: the file is corrupt"
+    return (f"the stored {str(raw.dtype).replace('torch.', '')} values are finite but overflow when cast to "
+            f"{str(loaded.dtype).replace('torch.', '')}: load it in bfloat16 or float32")
+
+
 def dequantize(weight: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     """fp8 weight * scale, computed in float32 then cast (``scale`` per tensor or per output channel)."""
     w = weight.to(torch.float32)
@@ -379,7 +432,7 @@ def stored_float_dtype(sd: LazyStateDict) -> torch.dtype:
             counts[dt] = counts.get(dt, 0) + n
     if not counts:
         raise CheckpointError(f"{sd.source}: contains no floating-point tensors")
-    return max(counts, key=counts.get)
+    return max(counts, key=lambda d: counts[d])
 
 
 def is_fp8_checkpoint(sd: LazyStateDict) -> bool:
@@ -392,6 +445,7 @@ def materialize(
     device: torch.device | str = "cpu",
     keep_fp8: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    check_finite: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Read every parameter into a plain dict, dequantising fp8 weights and dropping quantisation aux tensors.
 
@@ -399,21 +453,34 @@ def materialize(
     ``keep_fp8``: leave fp8 weights as they are and keep their scales (for the FP8 compute path).
     Dequantised weights equal ``fp8.float() * scale`` exactly when ``dtype`` is float32.
     ``progress(done, total)`` is called after every tensor read (it may raise to stop the load).
+    ``check_finite``: every tensor is checked for NaN/Inf as it is read (one reduction per tensor, see
+    ``wan_core.numerics``); a CheckpointError names the file, the first bad key and how many are bad.
+    A scaled fp8 file with fp8 weights lacking their scale is refused (``check_fp8_scales``).
     """
     out: dict[str, torch.Tensor] = {}
     keys = list(sd)
+    if any(sd.dtype(k) in FP8_DTYPES for k in keys if not is_quant_aux_key(k)):
+        check_fp8_scales(sd)
+    bad: list[tuple[str, int, int, str]] = []
     for i, k in enumerate(keys):
         if progress is not None:
             progress(i, len(keys))
         if is_quant_aux_key(k) and not keep_fp8:
             continue
-        t = sd[k]
+        raw = t = sd[k]
         if t.dtype in FP8_DTYPES and not keep_fp8:
             sk = weight_scale_key(sd, k)
             t = dequantize(t, sd[sk] if sk else None, dtype or torch.float32)
         elif dtype is not None and t.is_floating_point() and t.dtype not in FP8_DTYPES:
             t = t.to(dtype)
-        out[k] = t.to(device) if str(device) != "cpu" else t
+        t = t.to(device) if str(device) != "cpu" else t
+        if check_finite:  # after the move: on a GPU the reduction is nearly free and the copy reads the data anyway
+            count = nonfinite_count(t)
+            if count:
+                bad.append((k, count, t.numel(), _nonfinite_note(raw, t)))
+        out[k] = t
+    if bad:
+        raise nonfinite_error(sd.source, bad)
     if progress is not None:
         progress(len(keys), len(keys))
     return out

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import latent_format
 from .estimate import nearest_valid
+from .numerics import check_finite
 from .cache import start_session
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, ScheduleConfig,
                        build_schedule, initial_latent, make_noise, sample)
@@ -101,6 +103,94 @@ def check_video_size(width: int, height: int, frames: int) -> None:
         raise ValueError("; ".join(problems))
 
 
+def source_name(model, what: str) -> str:
+    """How errors name a loaded model: "<what> '<file name>'" (the file it was loaded from, without the
+    server's folders), or just ``what`` for a model built in memory."""
+    source = getattr(model, "source", None)
+    if not source or str(source).startswith("<"):
+        return what
+    return f"{what} '{Path(str(source)).name}'"
+
+
+def dit_channels(dit) -> tuple[int, int] | None:
+    """(input, output) latent channels of a DiT (its ``config.in_dim`` / ``out_dim``), None if unknown."""
+    cfg = getattr(dit, "config", None)
+    if cfg is None or not hasattr(cfg, "in_dim"):
+        return None
+    return int(cfg.in_dim), int(getattr(cfg, "out_dim", cfg.in_dim))
+
+
+def check_models(dit=None, vae=None, text_encoder=None) -> None:
+    """Refuse models that cannot work together, before any work: the DiT's latent channels against the VAE's
+    (and the 16 of Wan 2.1's latent format), the text encoder's width against the DiT's text input.
+    Raises ``ValueError`` naming both files and their numbers."""
+    chans = dit_channels(dit) if dit is not None else None
+    dit_name = source_name(dit, "the diffusion model")
+    if chans is not None:
+        cin, cout = chans
+        if cin != cout:
+            raise ValueError(f"{dit_name} takes {cin}-channel latents and predicts {cout}-channel ones; only "
+                             f"text-to-video models ({latent_format.CHANNELS} in, {latent_format.CHANNELS} out) "
+                             f"are supported")
+        if cin != latent_format.CHANNELS:
+            hint = " (48 channels: a Wan 2.2 model)" if cin == 48 else ""
+            raise ValueError(f"{dit_name} works on {cin}-channel latents{hint}; Wan 2.1 latents have "
+                             f"{latent_format.CHANNELS} channels")
+    vae_cfg = getattr(vae, "config", None) if vae is not None else None
+    if chans is not None and vae_cfg is not None and vae_cfg.z_dim != chans[0]:
+        raise ValueError(f"{dit_name} works on {chans[0]}-channel latents but {source_name(vae, 'the VAE')} has "
+                         f"{vae_cfg.z_dim} latent channels; use the VAE that belongs to the model (Wan 2.1: "
+                         f"wan_2.1_vae, {latent_format.CHANNELS} channels)")
+    text_dim = getattr(getattr(dit, "config", None), "text_dim", None)
+    te_dim = getattr(text_encoder, "text_dim", None) if text_encoder is not None else None
+    if text_dim is not None and te_dim is not None and te_dim != text_dim:
+        raise ValueError(f"{source_name(text_encoder, 'the text encoder')} produces {te_dim}-wide embeddings but "
+                         f"{dit_name} expects {text_dim}; use the umT5-XXL encoder of Wan 2.1 (4096)")
+
+
+def check_latent(z, name: str, dit=None, vae=None, values: bool = True) -> torch.Tensor:
+    """Validate a LATENT tensor before any work: a 5-D ``[B, C, T, H, W]`` tensor whose channels match the DiT
+    (``dit``) and/or the VAE (``vae``), and (``values``) finite. ``name`` is how the error names the input.
+    Returns ``z``."""
+    if not isinstance(z, torch.Tensor):
+        raise TypeError(f"{name}: expected a latent tensor [B, 16, T, H, W], got {type(z).__name__}")
+    if z.dim() != 5:
+        raise ValueError(f"{name}: expected a Wan video latent [B, 16, T, H, W] (5-D), got shape "
+                         f"{list(z.shape)}")
+    if min(z.shape) < 1:
+        raise ValueError(f"{name}: the latent is empty (shape {list(z.shape)})")
+    if not z.is_floating_point():
+        raise ValueError(f"{name}: expected a floating-point latent, got dtype {z.dtype}")
+    c = z.shape[1]
+    chans = dit_channels(dit) if dit is not None else None
+    if chans is not None and c != chans[0]:
+        raise ValueError(f"{name}: {c} latent channels (shape {list(z.shape)}), but "
+                         f"{source_name(dit, 'the diffusion model')} works on {chans[0]}-channel latents; the "
+                         f"latent was made for another model or by another VAE")
+    vae_cfg = getattr(vae, "config", None) if vae is not None else None
+    if vae_cfg is not None and c != vae_cfg.z_dim:
+        raise ValueError(f"{name}: {c} latent channels (shape {list(z.shape)}), but "
+                         f"{source_name(vae, 'the VAE')} decodes {vae_cfg.z_dim}-channel latents; decode it "
+                         f"with the VAE of the model that made it")
+    if values:
+        check_finite(z, name, "the latent is corrupt (e.g. a VAE or sampler upstream ran in float16 and "
+                              "overflowed); make it again")
+    return z
+
+
+def check_embeddings(embeds: Sequence[torch.Tensor], name: str, dit=None) -> None:
+    """Text embeddings ``[L, D]`` (or ``[B, L, D]``): width matching the DiT's text input, finite values."""
+    text_dim = getattr(getattr(dit, "config", None), "text_dim", None)
+    for i, e in enumerate(embeds):
+        what = f"{name} {i + 1} of {len(embeds)}" if len(embeds) > 1 else name
+        if text_dim is not None and e.shape[-1] != text_dim:
+            raise ValueError(f"{what}: {e.shape[-1]}-wide text embeddings, but "
+                             f"{source_name(dit, 'the diffusion model')} expects {text_dim}; encode the prompt "
+                             f"with the text encoder of Wan 2.1 (umT5-XXL, 4096)")
+        check_finite(e, what, "the text encoder produced NaN/Inf (umT5 overflows in float16: load it in "
+                              "bfloat16 or float32)")
+
+
 class WanPipeline:
     """The three models plus the glue. Any model may be None when its stage is not used.
 
@@ -156,15 +246,21 @@ class WanPipeline:
         a preset name ("off", "wan", "teacache", "magcache", "easycache") or a ``CacheConfig``; afterwards
         ``self.cache_report`` says what it computed and skipped.
         """
+        check_models(self.dit, self.vae)
+        check_embeddings(cond, "prompt embedding", self.dit)
+        if uncond is not None:
+            check_embeddings(uncond, "negative prompt embedding", self.dit)
         schedule = build_schedule(cfg.schedule_config())
         session = start_session(cache, self.dit, schedule.num_steps, cfg.guidance)  # cache errors before any work
         shape = (len(cond),) + cfg.latent_shape[1:]
         device = self.dit.device if self.dit is not None else torch.device("cpu")
-        noise = make_noise(cfg.seed, shape, device=device)
         start = None
         if latent is not None:
+            check_latent(latent, "start latent", dit=self.dit, vae=self.vae)
             if tuple(latent.shape) != shape:
                 raise ValueError(f"start latent has shape {list(latent.shape)}, expected {list(shape)}")
+        noise = make_noise(cfg.seed, shape, device=device)
+        if latent is not None:
             start = latent_format.to_model(latent.to(device, torch.float32))
         elif cfg.denoise < 1.0:
             raise ValueError(f"denoise={cfg.denoise} needs a start latent (encode a video first); "
@@ -187,6 +283,7 @@ class WanPipeline:
         """Raw latents -> video ``[B, 3, T, H, W]`` in [-1, 1]."""
         if self.vae is None:
             raise ValueError("this pipeline has no VAE")
+        check_latent(latents, "latents to decode", vae=self.vae)
         z = latents.to(self.vae.device, self.vae.dtype)
         return self.vae.decode(z, tiling=tiling, tile=tile, overlap=overlap, progress=progress,
                                interrupt=interrupt)
@@ -197,6 +294,7 @@ class WanPipeline:
                  interrupt: InterruptFn | None = None, tiling: str = "auto") -> "GenerationResult":
         """Generate: returns latents and the decoded video ``[B, 3, T, H, W]`` in [-1, 1]."""
         cfg.validate()
+        check_models(self.dit, self.vae, self.text_encoder)  # before the text encoder runs
         cond, uncond = self.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=cfg.guidance != 1.0)
         latents = self.sample_latents(cond, uncond, cfg, callback=callback, interrupt=interrupt)
         video = self.decode(latents, tiling=tiling, progress=decode_progress, interrupt=interrupt)

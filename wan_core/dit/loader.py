@@ -21,10 +21,12 @@ from ..attention.dispatch import AttentionDispatch, AttentionOverride, get_backe
 from ..attention.skiparse import SCHEDULES, SUV_PROFILE, skiparse_schedule
 from ..attention.steps import check_step_range
 from ..checkpoint import (
-    FP8_DTYPES, CheckpointError, LazyStateDict, Source, check_shapes, dequantize, describe_keys,
-    is_quant_aux_key, materialize, open_checkpoint, stored_float_dtype, strip_prefix, weight_scale_key,
+    FP8_DTYPES, CheckpointError, LazyStateDict, Source, check_fp8_scales, check_shapes, dequantize, describe_keys,
+    is_quant_aux_key, materialize, nonfinite_error, open_checkpoint, stored_float_dtype, strip_prefix,
+    weight_scale_key,
 )
 from ..config import DiTConfig, detect_dit_config
+from ..numerics import nonfinite_count
 from ..quant.fp8 import GEMM_MODES, GRANULARITIES, FP8Linear, is_block_linear, quantize_weight
 from .keys import DIT_PREFIXES, detect_naming, diffusers_to_official
 from .model import WanDiT
@@ -163,9 +165,17 @@ def _load_fp8(model: WanDiT, sd: LazyStateDict, dtype: torch.dtype, device, opts
     is not used: activations get dynamic per-token scales); full-precision block weights are quantised as
     read; every other tensor is cast (fp8 ones dequantised) to ``dtype``.
     """
+    check_fp8_scales(sd)
     linears = {name for name, m in model.named_modules() if type(m) is nn.Linear}
     marker = sd["scaled_fp8"] if "scaled_fp8" in sd else None
     full_precision_mm = marker is not None and marker.numel() == 2  # ComfyUI: "dequantise, then matmul"
+    bad: list[tuple[str, int, int, str]] = []
+
+    def check(key: str, t: torch.Tensor) -> None:  # one reduction per tensor (wan_core.numerics)
+        count = nonfinite_count(t)
+        if count:
+            bad.append((key, count, t.numel(), ""))
+
     tensors: dict[str, torch.Tensor] = {}
     layers: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
     keys = list(sd)
@@ -182,16 +192,24 @@ def _load_fp8(model: WanDiT, sd: LazyStateDict, dtype: torch.dtype, device, opts
             scale = sd[sk].to(device) if sk else None
             if fp8_layer:
                 layers[layer] = (t.to(device), scale)
+                check(key, layers[layer][0])
+                if sk is not None and scale is not None:
+                    check(sk, scale)
                 continue
             t = dequantize(t.to(device), scale, dtype)
         elif fp8_layer:
-            layers[layer] = quantize_weight(t.to(device), opts.fp8_granularity, opts.weights == "fp8_scaled")
+            t = t.to(device)
+            check(key, t)  # before quantising: the saturating cast would hide an Inf
+            layers[layer] = quantize_weight(t, opts.fp8_granularity, opts.weights == "fp8_scaled")
             continue
         elif t.is_floating_point():
             t = t.to(device=device, dtype=dtype)
         else:
             t = t.to(device)
+        check(key, t)
         tensors[key] = t
+    if bad:
+        raise nonfinite_error(sd.source, bad)
     if progress is not None:
         progress(len(keys), len(keys))
     gemm = "upcast" if full_precision_mm else opts.gemm
@@ -259,4 +277,5 @@ def load_dit(
         model.load_state_dict(tensors, assign=True, strict=True)
     model.attention = dispatch
     model.load_options = opts
+    model.source = sd.source  # named in errors that compare it with other files (latent channels)
     return model.eval()

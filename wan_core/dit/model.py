@@ -26,6 +26,8 @@ from .rope import rope_frequencies
 
 
 class WanDiT(nn.Module):
+    source: str = "<model>"  # the file it was loaded from (set by load_dit), named in errors
+
     def __init__(self, config: DiTConfig, attention: AttentionDispatch | None = None):
         super().__init__()
         c = self.config = config

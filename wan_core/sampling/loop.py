@@ -10,12 +10,13 @@ from typing import Callable, Iterable, Optional
 
 import torch
 
+from ..numerics import NonFiniteError, nonfinite_count
 from .flow import noise_latent
 from .hooks import StepHook
 from .schedule import FlowSchedule
 from .solver import make_solver
 
-__all__ = ["VelocityFn", "ProgressFn", "SamplingInterrupted", "initial_latent", "sample"]
+__all__ = ["VelocityFn", "ProgressFn", "SamplingInterrupted", "NonFiniteError", "initial_latent", "sample"]
 
 # velocity_fn(x [B, 16, F, H, W], sigma: float, timestep [B]) -> v = eps - x0, shape of x
 VelocityFn = Callable[[torch.Tensor, float, torch.Tensor], torch.Tensor]
@@ -55,10 +56,15 @@ def sample(velocity_fn: VelocityFn, x: torch.Tensor, schedule: FlowSchedule, sol
     true result raises ``SamplingInterrupted`` (it may also raise its own exception, which propagates).
     step_hooks: objects told ``begin_step(step, total, sigma)`` before each model call; ``velocity_fn`` is told
     too when it has a ``begin_step`` method. Returns the final sample (same shape and dtype as ``x``).
+    Raises ``NonFiniteError`` when ``x`` holds NaN/Inf, or naming the step and sigma as soon as a step produces
+    them (one reduction per step), so a broken model never runs to the end and yields a black video.
     """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise ValueError(f"x must be a floating-point tensor [B, 16, F, H, W]; got {type(x).__name__} "
                          f"{getattr(x, 'dtype', '')}")
+    if nonfinite_count(x):
+        raise NonFiniteError(f"the starting sample holds {nonfinite_count(x)} NaN/Inf values (shape "
+                             f"{list(x.shape)}): the start latent or the noise is not finite")
     run = make_solver(solver, schedule.sigmas)
     hooks = list(step_hooks)
     if isinstance(velocity_fn, StepHook) and velocity_fn not in hooks:
@@ -77,6 +83,11 @@ def sample(velocity_fn: VelocityFn, x: torch.Tensor, schedule: FlowSchedule, sol
                 f"{tuple(x.shape)}; they must be equal"
             )
         x, x0 = run.step(i, x, velocity.to(x.dtype))
+        if nonfinite_count(x):
+            raise NonFiniteError(
+                f"step {i + 1}/{total} (sigma {float(sigma):.3g}): the model produced NaN/Inf values; sampling "
+                f"stopped instead of finishing a black video. Usual causes: float16 overflow (load the model in "
+                f"bfloat16 or float32), a corrupt or wrongly scaled model file, or NaN/Inf text embeddings")
         if callback is not None:
             callback(i + 1, total, x, x0)
     return x

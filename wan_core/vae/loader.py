@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -22,6 +23,7 @@ from ..checkpoint import (
     stored_float_dtype,
     strip_prefix,
 )
+from ..numerics import check_finite
 from .config import VAEConfig, detect_vae_config
 from .keys import DIFFUSERS, PREFIXES, detect_key_format, to_official
 from .model import WanVAEModel, build_model
@@ -77,6 +79,7 @@ def check_video(video: torch.Tensor, cfg: VAEConfig) -> None:
         raise ValueError(f"video {sizes} must be multiples of {sf} (nearest valid: {near})")
     if not video.is_floating_point():
         raise TypeError(f"VAE encode expects a floating-point video in [-1, 1], got dtype {video.dtype}")
+    check_finite(video, "VAE encode input", "the frames are corrupt")
 
 
 def check_latents(z: torch.Tensor, cfg: VAEConfig) -> None:
@@ -93,6 +96,7 @@ def check_latents(z: torch.Tensor, cfg: VAEConfig) -> None:
         raise ValueError(f"VAE decode got empty latents (shape {list(z.shape)})")
     if not z.is_floating_point():
         raise TypeError(f"VAE decode expects floating-point latents, got dtype {z.dtype}")
+    check_finite(z, "VAE decode input", "the latents are corrupt (a sampler or encoder upstream produced NaN/Inf)")
 
 
 class WanVAE:
@@ -155,10 +159,12 @@ class WanVAE:
         cfg = self.config
         b, _, t, h, w = video.shape
         shape = (b, cfg.z_dim, cfg.latent_frames(t), h // cfg.spatial_factor, w // cfg.spatial_factor)
-        return self._with_tiling_policy(
+        mu = self._with_tiling_policy(
             "encode", tiling, tile, overlap,
             lambda: self._encode_untiled(video, shape, progress, interrupt),
             lambda tile_, overlap_: self._encode_tiled(video, shape, tile_, overlap_, progress, interrupt))
+        self._check_output(mu, "encode")
+        return mu
 
     def _encode_untiled(self, video, shape, progress, interrupt) -> torch.Tensor:
         out = torch.empty(shape, dtype=torch.float32, device=video.device)
@@ -195,10 +201,18 @@ class WanVAE:
         b, _, t, h, w = z.shape
         sf = cfg.spatial_factor
         shape = (b, cfg.out_channels, cfg.video_frames(t), h * sf, w * sf)
-        return self._with_tiling_policy(
+        video = self._with_tiling_policy(
             "decode", tiling, tile, overlap,
             lambda: self._decode_untiled(z, shape, progress, interrupt),
             lambda tile_, overlap_: self._decode_tiled(z, shape, tile_, overlap_, progress, interrupt))
+        self._check_output(video, "decode")
+        return video
+
+    def _check_output(self, out: torch.Tensor, what: str) -> None:
+        """Finite inputs and weights can still overflow inside (float16): say so instead of a black video."""
+        check_finite(out, f"VAE {what} output of {Path(str(self.source)).name}",
+                     f"the VAE overflowed in {str(self.dtype).replace('torch.', '')}; load it in bfloat16 or "
+                     f"float32" if self.dtype == torch.float16 else "the VAE weights or its input are corrupt")
 
     def _decode_untiled(self, z, shape, progress, interrupt) -> torch.Tensor:
         out = torch.empty(shape, dtype=torch.float32, device=z.device)
