@@ -15,12 +15,11 @@ import torch
 from . import latent_format
 from .estimate import nearest_valid
 from .numerics import check_finite
+from .progress import InterruptFn, ProgressFn, StepCallback
 from .cache import start_session
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, ScheduleConfig,
                        build_schedule, initial_latent, make_noise, sample)
 
-SolverProgress = Callable[[int, int, torch.Tensor, torch.Tensor], None]
-InterruptFn = Callable[[], Any]
 
 
 @dataclass(frozen=True)
@@ -233,7 +232,7 @@ class WanPipeline:
         uncond: list[torch.Tensor] | None,
         cfg: GenerationConfig,
         latent: torch.Tensor | None = None,
-        callback: SolverProgress | None = None,
+        callback: StepCallback | None = None,
         interrupt: InterruptFn | None = None,
         step_hooks: Sequence[Any] = (),
         cache: Any = None,
@@ -278,7 +277,7 @@ class WanPipeline:
         return latent_format.from_model(x)
 
     def decode(self, latents: torch.Tensor, tiling: str = "auto", tile=None, overlap=None,
-               progress: Callable[[int, int], None] | None = None,
+               progress: ProgressFn | None = None,
                interrupt: InterruptFn | None = None) -> torch.Tensor:
         """Raw latents -> video ``[B, 3, T, H, W]`` in [-1, 1]."""
         if self.vae is None:
@@ -289,8 +288,8 @@ class WanPipeline:
                                interrupt=interrupt)
 
     # ------------------------------------------------------------------ all together
-    def __call__(self, cfg: GenerationConfig, callback: SolverProgress | None = None,
-                 decode_progress: Callable[[int, int], None] | None = None,
+    def __call__(self, cfg: GenerationConfig, callback: StepCallback | None = None,
+                 decode_progress: ProgressFn | None = None,
                  interrupt: InterruptFn | None = None, tiling: str = "auto") -> "GenerationResult":
         """Generate: returns latents and the decoded video ``[B, 3, T, H, W]`` in [-1, 1]."""
         cfg.validate()

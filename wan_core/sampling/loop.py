@@ -11,26 +11,24 @@ from typing import Callable, Iterable, Optional
 import torch
 
 from ..numerics import NonFiniteError, nonfinite_count
+from ..progress import InterruptFn, Interrupted, StepCallback
 from .flow import noise_latent
 from .hooks import StepHook
 from .schedule import FlowSchedule
 from .solver import make_solver
 
-__all__ = ["VelocityFn", "ProgressFn", "SamplingInterrupted", "NonFiniteError", "initial_latent", "sample"]
+__all__ = ["VelocityFn", "StepCallback", "SamplingInterrupted", "NonFiniteError", "initial_latent", "sample"]
 
 # velocity_fn(x [B, 16, F, H, W], sigma: float, timestep [B]) -> v = eps - x0, shape of x
 VelocityFn = Callable[[torch.Tensor, float, torch.Tensor], torch.Tensor]
-# callback(step, total, x, x0_hat): step = steps done (1..total), x = sample after it, x0_hat = its data estimate
-ProgressFn = Callable[[int, int, torch.Tensor, torch.Tensor], None]
 
 
-class SamplingInterrupted(Exception):
-    """Raised when the interrupt check returned True before ``step`` (0-based) of ``total``."""
+class SamplingInterrupted(Interrupted):
+    """``wan_core.progress.Interrupted`` raised before ``step`` (0-based) of ``total`` sampling steps."""
 
     def __init__(self, step: int, total: int):
-        super().__init__(f"sampling interrupted before step {step + 1} of {total}")
+        super().__init__("sampling", step, total)
         self.step = step
-        self.total = total
 
 
 def initial_latent(noise: torch.Tensor, schedule: FlowSchedule, latent: torch.Tensor | None = None) -> torch.Tensor:
@@ -46,7 +44,7 @@ def initial_latent(noise: torch.Tensor, schedule: FlowSchedule, latent: torch.Te
 
 
 def sample(velocity_fn: VelocityFn, x: torch.Tensor, schedule: FlowSchedule, solver: str = "unipc", *,
-           callback: Optional[ProgressFn] = None, interrupt: Optional[Callable[[], object]] = None,
+           callback: Optional[StepCallback] = None, interrupt: Optional[InterruptFn] = None,
            step_hooks: Iterable[StepHook] = ()) -> torch.Tensor:
     """Run ``schedule.num_steps`` steps of ``solver`` ("unipc" | "dpm++" | "euler") from ``x`` and return x at 0.
 
