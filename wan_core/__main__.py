@@ -373,9 +373,10 @@ def _first_line(e: BaseException) -> str:
 
 
 def _is_interrupt(e: BaseException) -> bool:
-    # KeyboardInterrupt, or the project's interrupt exceptions (sampling, VAE, text encoding): "...Interrupted"
-    return isinstance(e, KeyboardInterrupt) or (type(e).__module__.startswith("wan_core")
-                                                and "Interrupt" in type(e).__name__)
+    # KeyboardInterrupt, or the project's one interrupt exception (sampling, VAE, text encoding raise it)
+    from .progress import Interrupted
+
+    return isinstance(e, (KeyboardInterrupt, Interrupted))
 
 
 def _is_out_of_memory(e: BaseException) -> bool:
