@@ -27,8 +27,8 @@ def build(method: str = "wan", threshold: float = DEFAULT, start: float = DEFAUL
           attention: str = "extrapolate", teacache_mode: str = "e", calibration: str = "") -> CacheConfig:
     """The ``CacheConfig`` for the node's widget values (raises ``ValueError`` with a one-line message)."""
     cal = Calibration.from_json(calibration) if calibration and calibration.strip() else None
-    return CacheConfig(method=method, threshold=_optional(threshold), start=_optional(start), end=_optional(end),
-                       attention=attention, teacache_mode=teacache_mode, calibration=cal)
+    return CacheConfig.preset(method, threshold=_optional(threshold), start=_optional(start), end=_optional(end),
+                              attention=attention, teacache_mode=teacache_mode, calibration=cal)
 
 
 def make_cache(method: str = "wan", threshold: float = DEFAULT, start: float = DEFAULT, end: float = DEFAULT,

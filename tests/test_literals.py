@@ -6,8 +6,11 @@ import pytest
 
 from wan_core import estimate
 from wan_core.attention import dispatch, skiparse
+from wan_core.cache import config as cache_config
 from wan_core.quant import fp8
 from wan_core.sampling import comfy_schedule, schedule, solver
+from wan_core.text import rewrite
+from wan_core.train import tail_init
 
 PAIRS = [
     (dispatch.Attention, dispatch.ATTENTION_BACKENDS),
@@ -19,6 +22,12 @@ PAIRS = [
     (comfy_schedule.ComfyScheduler, comfy_schedule.COMFY_SCHEDULERS),
     (fp8.Gemm, fp8.GEMM_MODES),
     (fp8.Granularity, fp8.GRANULARITIES),
+    (rewrite.Language, rewrite.LANGUAGES),
+    (cache_config.CachePreset, cache_config.PRESETS),
+    (cache_config.CacheMethod, cache_config.METHODS),
+    (cache_config.CacheAttention, cache_config.ATTENTION_CHOICES),
+    (cache_config.TeaCacheMode, cache_config.TEACACHE_MODES),
+    (tail_init.InflateMode, tail_init.INFLATE_MODES),
 ]
 
 

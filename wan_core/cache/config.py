@@ -9,15 +9,20 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, replace
+from typing import Literal, cast
 
 from .calibration import Calibration
 
 __all__ = [
     "ATTENTION_CHOICES",
+    "CacheAttention",
+    "CacheMethod",
+    "CachePreset",
     "DESCRIPTIONS",
     "METHODS",
     "PRESETS",
     "TEACACHE_MODES",
+    "TeaCacheMode",
     "WAN_END",
     "WAN_START",
     "CacheConfig",
@@ -27,6 +32,11 @@ PRESETS = ("off", "exact", "wan", "teacache", "magcache", "easycache")
 METHODS = PRESETS + ("calibrate",)
 ATTENTION_CHOICES = ("extrapolate", "reuse", "off")
 TEACACHE_MODES = ("e", "e0")
+# the same choices as types (a test keeps each equal to its tuple)
+CachePreset = Literal["off", "exact", "wan", "teacache", "magcache", "easycache"]
+CacheMethod = Literal[CachePreset, "calibrate"]
+CacheAttention = Literal["extrapolate", "reuse", "off"]
+TeaCacheMode = Literal["e", "e0"]
 # The Wan cache's window (fractions of the steps): CFG and attention reuse from 20 % of the steps to the end.
 WAN_START = 0.2
 WAN_END = 1.0
@@ -75,15 +85,15 @@ class CacheConfig:
     FasterCache band weights.
     """
 
-    method: str = "exact"
+    method: CacheMethod = "exact"
     threshold: float | None = None
     start: float | None = None
     end: float | None = None
     text_kv: bool = True
     cfg_interval: int | None = None
-    attention: str = "extrapolate"
+    attention: CacheAttention = "extrapolate"
     attention_interval: int = WAN_ATTENTION_INTERVAL
-    teacache_mode: str = "e"
+    teacache_mode: TeaCacheMode = "e"
     coefficients: tuple[float, ...] | None = None
     max_skips: int | None = None
     calibration: Calibration | None = None
@@ -135,8 +145,9 @@ class CacheConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides) -> CacheConfig:
-        """The preset ``name`` (``PRESETS`` or "calibrate") with optional field overrides."""
-        return cls(method=name, **overrides)
+        """The preset ``name`` (``PRESETS`` or "calibrate") with optional field overrides; takes any string (from
+        a widget or a command line): ``__post_init__`` refuses an unknown name with the valid ones."""
+        return cls(method=cast(CacheMethod, name), **overrides)
 
     def replace(self, **changes) -> CacheConfig:
         return replace(self, **changes)

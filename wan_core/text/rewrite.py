@@ -12,11 +12,12 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import torch
 
 LANGUAGES = ("auto", "en", "zh")
+Language = Literal["auto", "en", "zh"]  # mirrors LANGUAGES (a test keeps them equal)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
 
 
@@ -83,7 +84,7 @@ _EXAMPLES = {
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
-def resolve_language(prompt: str, language: str = "auto") -> str:
+def resolve_language(prompt: str, language: Language = "auto") -> str:
     """``"en"`` or ``"zh"``; ``auto``: Chinese when the prompt contains Chinese characters, else English."""
     if language not in LANGUAGES:
         raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
@@ -255,13 +256,13 @@ class PromptRewriter:
         return f"PromptRewriter({self.source!r}, {type(self.model).__name__}, {self.dtype}, {self.device})"
 
     # -- the text the model sees
-    def messages(self, prompt: str, language: str = "auto") -> list[dict[str, str]]:
+    def messages(self, prompt: str, language: Language = "auto") -> list[dict[str, str]]:
         """Chat messages: system = the rewriting instructions (with examples), user = the prompt."""
         lang = resolve_language(prompt, language)
         return [{"role": "system", "content": rewrite_instructions(lang)},
                 {"role": "user", "content": prompt.strip()}]
 
-    def chat_text(self, prompt: str, language: str = "auto") -> str:
+    def chat_text(self, prompt: str, language: Language = "auto") -> str:
         """The full input text: the tokenizer's chat template when it has one (system merged into the user
         turn if the template refuses a system role), else a plain-text format ending in "Rewritten:"."""
         system, user = self.messages(prompt, language)
@@ -277,13 +278,13 @@ class PromptRewriter:
     # -- caching
     @staticmethod
     def _key(prompt: str, seed: int, max_new_tokens: int, temperature: float, top_p: float,
-             repetition_penalty: float, language: str) -> tuple:
+             repetition_penalty: float, language: Language) -> tuple:
         sampling = temperature > 0
         return (prompt, int(seed) if sampling else None, int(max_new_tokens), float(temperature),
                 float(top_p) if sampling else None, float(repetition_penalty), resolve_language(prompt, language))
 
     def cached(self, prompt: str, *, seed: int = 0, max_new_tokens: int = 256, temperature: float = 0.0,
-               top_p: float = 0.9, repetition_penalty: float = 1.05, language: str = "auto") -> str | None:
+               top_p: float = 0.9, repetition_penalty: float = 1.05, language: Language = "auto") -> str | None:
         """The cached rewrite for these settings, or None (greedy results ignore the seed)."""
         key = self._key(prompt, seed, max_new_tokens, temperature, top_p, repetition_penalty, language)
         if key in self._cache:
@@ -333,7 +334,7 @@ class PromptRewriter:
         return tok.decode(out[0, ids.shape[1]:].cpu(), skip_special_tokens=False)
 
     def rewrite(self, prompt: str, *, seed: int = 0, max_new_tokens: int = 256, temperature: float = 0.0,
-                top_p: float = 0.9, repetition_penalty: float = 1.05, language: str = "auto",
+                top_p: float = 0.9, repetition_penalty: float = 1.05, language: Language = "auto",
                 callback: Callable[[int, int], Any] | None = None) -> str:
         """``prompt`` rewritten as a Wan-style caption (style, summary, details; natural motion; same meaning).
 
@@ -448,4 +449,5 @@ def load_prompt_rewriter(folder: str | Path, *, dtype: str | torch.dtype | None 
 
 
 __all__ = ["PromptRewriter", "load_prompt_rewriter", "clean_rewritten_prompt", "rewrite_instructions",
-           "resolve_language", "resolve_dtype", "is_usable", "RewriterError", "RewriteWarning", "LANGUAGES"]
+           "resolve_language", "resolve_dtype", "is_usable", "RewriterError", "RewriteWarning", "LANGUAGES",
+           "Language"]

@@ -6,16 +6,17 @@ Implements docs/algorithms.md section 1.4: the 2D kernel goes into the last temp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Callable, Dict, List, Literal, Mapping, Optional, Tuple, Union
 
 import torch
 
-__all__ = ["inflate_conv2d_weight", "inflate_state_dict", "InflationReport", "INFLATE_MODES"]
+__all__ = ["inflate_conv2d_weight", "inflate_state_dict", "InflationReport", "INFLATE_MODES", "InflateMode"]
 
 INFLATE_MODES = ("tail", "center", "average")
+InflateMode = Literal["tail", "center", "average"]  # mirrors INFLATE_MODES (a test keeps them equal)
 
 
-def inflate_conv2d_weight(weight: torch.Tensor, kt: int, mode: str = "tail") -> torch.Tensor:
+def inflate_conv2d_weight(weight: torch.Tensor, kt: int, mode: InflateMode = "tail") -> torch.Tensor:
     """Turn a Conv2d weight [Co, Ci, kh, kw] into a Conv3d weight [Co, Ci, kt, kh, kw].
 
     * ``tail``: zeros except tap ``kt-1`` = W2. With causal padding (the kt-1 frames before a frame are
@@ -65,7 +66,7 @@ def inflate_state_dict(
     source: Mapping[str, torch.Tensor],
     target: Union[Mapping[str, torch.Tensor], torch.nn.Module],
     *,
-    mode: str = "tail",
+    mode: InflateMode = "tail",
     key_map: Union[Callable[[str], Optional[str]], Mapping[str, str], None] = None,
 ) -> Tuple[Dict[str, torch.Tensor], InflationReport]:
     """Initialise a causal video VAE's state dict from a 2D image VAE's, where shapes allow.

@@ -5,6 +5,7 @@ Implements docs/wan_spec.md section 3.1 (RMS_norm, ResidualBlock, AttentionBlock
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -76,15 +77,17 @@ class ResidualBlock(nn.Module):
         self.shortcut = CausalConv3d(in_dim, out_dim, 1) if in_dim != out_dim else None
 
     def forward(self, x: torch.Tensor, state: TemporalState | None = None) -> torch.Tensor:
-        r = self.residual
-        h = norm_silu_conv(r[0], r[2], x, state)
-        if _needs_grad(h, r[6]):
-            h = r[6](F.silu(r[3](h), inplace=True), state)
+        r = self.residual  # typed views of the checkpoint-indexed layers (ModuleList indexing gives Module)
+        norm1, conv1 = cast(RMSNorm, r[0]), cast(CausalConv3d, r[2])
+        norm2, conv2 = cast(RMSNorm, r[3]), cast(CausalConv3d, r[6])
+        h = norm_silu_conv(norm1, conv1, x, state)
+        if _needs_grad(h, conv2):
+            h = conv2(F.silu(norm2(h), inplace=True), state)
         else:  # as norm_silu_conv, and h is released before the convolution
-            window, frames = r[6].window(h, state)
-            F.silu(r[3].write(h, frames), inplace=True)
+            window, frames = conv2.window(h, state)
+            F.silu(norm2.write(h, frames), inplace=True)
             del h
-            h = r[6].convolve(window, state)
+            h = conv2.convolve(window, state)
         return h.add_(self.shortcut(x) if self.shortcut is not None else x)
 
 

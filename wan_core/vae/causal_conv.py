@@ -4,7 +4,7 @@ Implements docs/wan_spec.md section 3.1 (CausalConv3d) and the cache rules of se
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -40,9 +40,9 @@ CHANNELS_LAST = torch.channels_last_3d
 
 def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether ``conv3d`` runs this convolution on oneDNN (CPU float32, no gradient needed)."""
-    return (x.device.type == "cpu" and x.dtype == torch.float32 and torch.backends.mkldnn.is_available()
-            and torch.backends.mkldnn.enabled
-            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)))
+    return bool(x.device.type == "cpu" and x.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+                and torch.backends.mkldnn.enabled
+                and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)))
 
 
 def conv3d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride=_ONES,
@@ -74,8 +74,9 @@ class CausalConv3d(nn.Conv3d):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, **kw):
         super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding, **kw)
-        self.front = 2 * self.padding[0]  # zero frames in front (whole sequence) / cached frames (streaming)
-        self.spatial_padding = (0, self.padding[1], self.padding[2])
+        pad = cast(tuple[int, int, int], self.padding)  # nn.Conv3d stores an int/tuple padding as a 3-tuple
+        self.front = 2 * pad[0]  # zero frames in front (whole sequence) / cached frames (streaming)
+        self.spatial_padding = (0, pad[1], pad[2])
 
     def forward(self, x: torch.Tensor, state: TemporalState | None = None) -> torch.Tensor:
         if not self.front:

@@ -6,6 +6,8 @@ time chunk of a stream (streaming.py drives it).
 """
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -33,10 +35,10 @@ class _Head(nn.ModuleList):
     """
 
     def forward(self, x: torch.Tensor, state: TemporalState | None = None) -> torch.Tensor:
-        conv = self[2]
+        norm, conv = cast(RMSNorm, self[0]), cast(CausalConv3d, self[2])
         if state is None or conv.out_channels >= conv.in_channels or torch.is_grad_enabled():
-            return norm_silu_conv(self[0], conv, x, state)
-        return conv.stream_taps(F.silu(self[0](x), inplace=True), state)
+            return norm_silu_conv(norm, conv, x, state)
+        return conv.stream_taps(F.silu(norm(x), inplace=True), state)
 
 
 def run_steps(steps, x: torch.Tensor, state: TemporalState | None, piece_frames: int | None) -> torch.Tensor:
@@ -139,7 +141,8 @@ class WanVAEModel(nn.Module):
         """
         h = self.encoder(x, state, piece_frames)
         z = self.config.z_dim
-        return F.conv3d(h, self.conv1.weight[:z], self.conv1.bias[:z])
+        bias = self.conv1.bias
+        return F.conv3d(h, self.conv1.weight[:z], None if bias is None else bias[:z])
 
     def decode_chunk(self, z: torch.Tensor, state: TemporalState | None = None,
                      piece_frames: int | None = 1) -> torch.Tensor:

@@ -4,6 +4,8 @@ Implements docs/wan_spec.md sections 3.1 (Resample) and 3.2 (temporal semantics:
 """
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -17,7 +19,8 @@ class _FrameConv(nn.Conv2d):
     """A Conv2d applied to every frame of a [B, C, T, H, W] video (as a 1xkxk Conv3d, no reshapes)."""
 
     def frames(self, x: torch.Tensor) -> torch.Tensor:
-        return conv3d(x, self.weight.unsqueeze(2), self.bias, (1,) + self.stride, (0,) + self.padding)
+        padding = cast(tuple[int, int], self.padding)  # nn.Conv2d stores an int/tuple padding as a 2-tuple
+        return conv3d(x, self.weight.unsqueeze(2), self.bias, (1,) + self.stride, (0,) + padding)
 
 
 def interleave_pairs(y: torch.Tensor) -> torch.Tensor:
@@ -65,7 +68,7 @@ class Resample(nn.Module):
             if self.mode == "upsample3d":
                 x = self._time_upsample(x, state)
             return self._space_upsample(x, state)
-        x = self.resample[1].frames(F.pad(x, (0, 1, 0, 1)))
+        x = self._conv.frames(F.pad(x, (0, 1, 0, 1)))
         if self.mode == "downsample3d":
             x = self._time_downsample(x, state)
         return x
@@ -77,8 +80,12 @@ class Resample(nn.Module):
             return [self._time_upsample, self._space_upsample]
         return [self]
 
+    @property
+    def _conv(self) -> _FrameConv:
+        return cast(_FrameConv, self.resample[1])
+
     def _space_upsample(self, x: torch.Tensor, state: TemporalState | None = None) -> torch.Tensor:
-        conv = self.resample[1]
+        conv = self._conv
         if self.channels_last and uses_onednn(x, conv.weight):
             x = x.contiguous(memory_format=CHANNELS_LAST)  # the interpolation and conv keep the format
         # nearest-exact x2 copies each value into a 2x2 block: exact in any dtype
@@ -93,7 +100,7 @@ class Resample(nn.Module):
         if first:  # frame 0 of the video passes through unchanged
             head, x = x[:, :, :1], x[:, :, 1:]
         if x.shape[2] == 0:
-            return head
+            return x if head is None else head  # a stream chunk with no frames gives no frames
         y = interleave_pairs(self.time_conv(x, state))
         return y if head is None else torch.cat([head, y], dim=2)
 
