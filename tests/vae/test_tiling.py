@@ -25,7 +25,7 @@ def test_tile_spans_cover_with_overlap(length, tile, overlap):
     assert spans[0][0] == 0 and spans[-1][1] == length
     sizes = [e - s for s, e in spans]
     assert max(sizes) <= tile and max(sizes) - min(sizes) <= 1  # at most `tile`, evenly sized
-    for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
+    for (s0, e0), (s1, _) in zip(spans, spans[1:]):
         assert s0 < s1 and e0 - s1 == overlap  # neighbours share exactly `overlap` latents
     assert sum(sizes) == length + (len(spans) - 1) * overlap  # so nothing beyond the overlaps is decoded twice
     if len(spans) > 1:  # the fewest tiles: one fewer would not reach the end with that overlap
