@@ -3,10 +3,12 @@
 1. attention at --tokens (12 heads x 128, bf16): sdpa vs sage (if importable) vs int8, time and accuracy
    (cosine, rel-L1) against fp32 SDPA;
 2. FP8 GEMM at 1.3B widths (the FFN and q/k/v/o shapes): bf16 linear vs FP8Linear upcast vs scaled_mm;
-3. a 2-block 1.3B-width DiT forward: bf16 sdpa vs fp8_scaled + scaled_mm + sage.
+3. a 2-block 1.3B-width DiT forward: bf16 sdpa vs fp8_scaled + scaled_mm + sage;
+4. Wan 2.1 VAE decode at --vae (default 17 frames at 480x832, bf16, random weights): ours untiled / tiled
+   (32 latents, overlap 8) vs diffusers default / enable_tiling, time and peak memory (bench/vae.py).
 
     python bench/gpu_check.py [--tokens 32760] [--repeats 5] [--device cuda]
-Runs on CPU too (small --tokens) so the script itself is checked where no GPU is lent.
+Runs on CPU too (small --tokens, e.g. --vae 5x64x64) so the script itself is checked where no GPU is lent.
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dit-grid", type=int, nargs=3, default=[21, 30, 52], metavar=("F", "H", "W"),
                     help="latent patch grid of the DiT check (default: 81 frames at 832x480)")
+    ap.add_argument("--vae", default="17x480x832", help="VAE decode case FRAMESxHEIGHTxWIDTH ('none': skip)")
     args = ap.parse_args()
     dev = torch.device(args.device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
@@ -96,6 +99,30 @@ def main() -> None:
         tf = timed(lambda: fast(x, t5, ctx), max(1, args.repeats // 2), dev)
     print(f"DiT 2 blocks {f * h * w} tokens: bf16 sdpa {tb:.3f} s, fp8+scaled_mm+sage {tf:.3f} s "
           f"({tb / tf:.2f}x)  {accuracy(out, ref)}")
+    if args.vae != "none":
+        vae_check(args.vae, dev, max(2, args.repeats // 2))
+
+
+def vae_check(case: str, dev: torch.device, rounds: int) -> None:
+    """4. ours vs diffusers VAE decode (bench/vae.py's configurations, interleaved rounds, then peaks)."""
+    import importlib.util
+    from pathlib import Path
+
+    from wan_core.demo import random_vae_model
+    from wan_core.vae import WAN21_VAE
+
+    spec = importlib.util.spec_from_file_location("bench_vae", Path(__file__).with_name("vae.py"))
+    bench_vae = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_vae)
+    frames, height, width = (int(v) for v in case.split("x"))
+    z = torch.randn(1, 16, 1 + (frames - 1) // 4, height // 8, width // 8, generator=torch.Generator().manual_seed(1))
+    cases = bench_vae.configurations(random_vae_model(WAN21_VAE, 0).state_dict(), z.to(dev), torch.bfloat16, dev,
+                                     32, 8, True)
+    r = bench_vae.bench_case(case, cases, rounds, dev, True, time.perf_counter)
+    times = ", ".join(f"{n} {s:.2f} s / {r['peak_mib'][n]:.0f} MiB" for n, s in r["seconds"].items())
+    ratios = ", ".join(f"{k} {v:.2f}x" for k, v in r["ratios"].items())
+    peak = r["peak_mib"]["ours untiled"] / r["peak_mib"]["diffusers default"]
+    print(f"VAE decode {case} bf16: {times}; {ratios}; peak ours untiled / diffusers default {peak:.2f}x")
 
 
 if __name__ == "__main__":
