@@ -71,10 +71,14 @@ def load(args):
     return dit, vae, te, pairs, settings, None, "tiny random models (output is noise)"
 
 
-def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    """PSNR in dB of two videos in [-1, 1] (peak-to-peak 2)."""
-    mse = float(torch.mean((a.float() - b.float()) ** 2))
-    return math.inf if mse == 0 else 10 * math.log10(4.0 / mse)
+def mse(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.mean((a.float() - b.float()) ** 2))
+
+
+def psnr(mses: list[float]) -> float:
+    """PSNR in dB of videos in [-1, 1] (peak-to-peak 2) from their mean squared error over all clips."""
+    m = sum(mses) / len(mses) if mses else 0.0
+    return math.inf if m == 0 else 10 * math.log10(4.0 / m)
 
 
 def forward_times(dit, cond, settings, repeats: int) -> tuple[float, float]:
@@ -169,7 +173,7 @@ def main(argv=None) -> int:
                 if reference is None:
                     reference = video
                 else:
-                    r["psnr"].append(psnr(video, reference))
+                    r["psnr"].append(mse(video, reference))
                 if scorer is not None:
                     r["followed"] += scorer(video, prompt).followed
 
@@ -183,14 +187,15 @@ def main(argv=None) -> int:
     for m in presets:
         r = rows[m]
         work, work13 = r["work"] / r["total"], r["work13"] / r["total"]
-        mean_psnr = (sum(r["psnr"]) / len(r["psnr"])) if r["psnr"] else math.inf
+        mean_psnr = psnr(r["psnr"])
         line = (f"{m:10s} {r['computed']:5d}/{r['total']:<5d} {off_evals / r['computed']:5.2f} {100 * work:5.1f}% "
                 f"{100 * work13:8.1f}% {1 / work13:6.2f} {r['wall']:7.2f} {r['wall'] / steps_total:7.3f} "
                 f"{statistics.median(r['ratios']):6.2f} {mean_psnr:8.2f}")
         if scorer is not None:
             line += f" {100 * r['followed'] / len(pairs):7.1f}%"
         print(line)
-    print("PSNR: decoded video against the 'off' video of the same prompt and seed (inf = identical).")
+    print("PSNR: decoded videos against the 'off' videos of the same prompts and seeds, from the mean squared "
+          "error over all clips (inf = identical).")
     if "exact" in presets and args.forward_repeats:
         cond = pipe.encode_prompts([pairs[0][0]], need_negative=False)[0]
         t_off, t_exact = forward_times(dit, cond, settings, args.forward_repeats)
