@@ -35,6 +35,16 @@ def dit_file(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def mods(pack):
+    """The pack's modules, with the built-in entries (the demo model) set aside: these tests count list entries."""
+    host = import_module(pack.__name__ + ".nodes.host")
+    saved = {folder: dict(entries) for folder, entries in host._BUILTINS.items()}
+    host._BUILTINS.clear()
+    yield _modules(pack)
+    host._BUILTINS.clear()
+    host._BUILTINS.update(saved)
+
+
+def _modules(pack):
     return types.SimpleNamespace(host=import_module(pack.__name__ + ".nodes.host"),
                                  models=import_module(pack.__name__ + ".nodes.models"),
                                  rewrite=import_module(pack.__name__ + ".nodes.prompt_rewrite"),
