@@ -4,16 +4,18 @@ Takes and returns raw VAE latents (ComfyUI's LATENT convention); the DiT sees no
 """
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from wan_core import latent_format
 from wan_core.pipeline import GenerationConfig, WanPipeline, check_embeddings, check_latent, check_models
-from wan_core.sampling import SOLVER_NAMES
+from wan_core.sampling import SOLVER_NAMES, Convention, Solver
 
 from . import host
 from .declare import Input, NodeSpec, Output
 
-SCHEDULES = {"official": "official", "comfyui": "comfyui"}
+SCHEDULES: dict[str, Convention] = {"official": "official", "comfyui": "comfyui"}
 
 
 def _preview(x0: torch.Tensor):
@@ -33,9 +35,9 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, gu
                      values=denoise < 1.0)
     b, _, t, h, w = z.shape
     cfg = GenerationConfig(width=w * 8, height=h * 8, frames=(t - 1) * 4 + 1, steps=steps, guidance=guidance,
-                           shift=shift, solver=solver, seed=seed, convention=SCHEDULES[schedule],
+                           shift=shift, solver=cast(Solver, solver), seed=seed, convention=SCHEDULES[schedule],
                            denoise=denoise)
-    cfg.validate()
+    cfg.validate()  # the solver name came from a client: refused here unless it is one of SOLVER_NAMES
     cond = embeds["cond"] * b if len(embeds["cond"]) == 1 else embeds["cond"]
     uncond = embeds["uncond"] * b if len(embeds["uncond"]) == 1 else embeds["uncond"]
     if len(cond) != b:

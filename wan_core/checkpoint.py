@@ -318,8 +318,8 @@ def open_checkpoint(src: Source, subfolder: str | None = None) -> LazyStateDict:
         return LazyStateDict(str(path), {k: (reader, k) for k in reader.keys()}, reader.metadata)
     if suffix in PICKLE_EXTS:
         tensors = _load_pickle_checkpoint(str(path))
-        reader = _DictReader(tensors)
-        return LazyStateDict(str(path), {k: (reader, k) for k in tensors})
+        dict_reader = _DictReader(tensors)
+        return LazyStateDict(str(path), {k: (dict_reader, k) for k in tensors})
     if suffix in (".gguf",):
         raise CheckpointError(f"{path}: GGUF files are not supported; use a .safetensors or .pth checkpoint")
     raise CheckpointError(
@@ -334,11 +334,11 @@ def strip_prefix(sd: LazyStateDict, prefixes: tuple[str, ...]) -> LazyStateDict:
     Used on all-in-one files (``model.diffusion_model.`` for the DiT, ``vae.``/``first_stage_model.`` for
     the VAE); when no key carries any prefix the dict is returned unchanged.
     """
-    for prefix in prefixes:
-        if any(k.startswith(prefix) for k in sd):
-            n = len(prefix)
-            return sd.rename(lambda k: k[n:] if k.startswith(prefix) else None)
-    return sd
+    prefix = next((p for p in prefixes if any(k.startswith(p) for k in sd)), None)
+    if prefix is None:
+        return sd
+    n = len(prefix)
+    return sd.rename(lambda k: k[n:] if k.startswith(prefix) else None)
 
 
 def is_quant_aux_key(key: str) -> bool:

@@ -17,8 +17,8 @@ from .estimate import nearest_valid
 from .numerics import check_finite
 from .progress import InterruptFn, ProgressFn, StepCallback
 from .cache import start_session
-from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, ScheduleConfig,
-                       build_schedule, initial_latent, make_noise, sample)
+from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, Convention, ScheduleConfig,
+                       Solver, build_schedule, initial_latent, make_noise, sample)
 
 
 
@@ -34,9 +34,9 @@ class GenerationConfig:
     steps: int = 50
     guidance: float = 5.0
     shift: float = 5.0
-    solver: str = "unipc"
+    solver: Solver = "unipc"
     seed: int = 0
-    convention: str = "official"  # "official" (integer timesteps) | "comfyui" (float) | "dpm" | "custom"
+    convention: Convention = "official"  # "official" (integer timesteps) | "comfyui" (float) | "dpm" | "custom"
     sigmas: tuple[float, ...] | None = None
     denoise: float = 1.0
     integer_timesteps: bool | None = None  # None = the convention's own (official: int, comfyui/custom: float)

@@ -122,7 +122,7 @@ def stage_text_encoder(out: str, cfg: DemoTrainConfig) -> None:
 # ----------------------------------------------------------------------------------------- 2. VAE
 def _vae_batch(rng: random.Random, cfg: DemoTrainConfig) -> torch.Tensor:
     """[B, 3, vae_frames, crop, crop] crops of random training clips (half of them centred on an object)."""
-    crops = []
+    crops: list[torch.Tensor] = []
     c = cfg.vae_crop
     while len(crops) < cfg.vae_batch:
         spec = D.clip_spec(rng.randrange(D.TRAIN_SEED_LIMIT))
@@ -211,7 +211,8 @@ def stage_vae(out: str, cfg: DemoTrainConfig) -> None:
             bar.update(1)
             bar.set_postfix(psnr=f"{psnr_of_mse(float(mse)):.1f}")
             if step % 50 == 0 or step == cfg.vae_steps - 1:
-                _log(out, stage="vae", step=step, loss=float(loss), mse=float(mse), psnr=round(psnr_of_mse(float(mse)), 2))
+                _log(out, stage="vae", step=step, loss=float(loss), mse=float(mse),
+                     psnr=round(psnr_of_mse(float(mse)), 2))
             if (step + 1) % 250 == 0:
                 torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt + ".tmp")
                 os.replace(ckpt + ".tmp", ckpt)
@@ -269,7 +270,7 @@ def stage_latents(out: str, cfg: DemoTrainConfig) -> None:
     latents, caps = [], []
     t0 = time.time()
     with torch.no_grad(), tqdm(total=len(specs), desc="encode", dynamic_ncols=True) as bar:
-        for key, group in groups.items():
+        for group in groups.values():
             for i in range(0, len(group), 8):
                 chunk = group[i:i + 8]
                 video = torch.stack([D.render(s) for s in chunk])

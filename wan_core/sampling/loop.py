@@ -15,7 +15,7 @@ from ..progress import InterruptFn, Interrupted, StepCallback
 from .flow import noise_latent
 from .hooks import StepHook
 from .schedule import FlowSchedule
-from .solver import make_solver
+from .solver import Solver, make_solver
 
 __all__ = ["VelocityFn", "StepCallback", "SamplingInterrupted", "NonFiniteError", "initial_latent", "sample"]
 
@@ -43,7 +43,7 @@ def initial_latent(noise: torch.Tensor, schedule: FlowSchedule, latent: torch.Te
     return noise_latent(latent.to(noise.dtype), noise, schedule.start_sigma)
 
 
-def sample(velocity_fn: VelocityFn, x: torch.Tensor, schedule: FlowSchedule, solver: str = "unipc", *,
+def sample(velocity_fn: VelocityFn, x: torch.Tensor, schedule: FlowSchedule, solver: Solver = "unipc", *,
            callback: Optional[StepCallback] = None, interrupt: Optional[InterruptFn] = None,
            step_hooks: Iterable[StepHook] = ()) -> torch.Tensor:
     """Run ``schedule.num_steps`` steps of ``solver`` ("unipc" | "dpm++" | "euler") from ``x`` and return x at 0.
