@@ -435,10 +435,6 @@ def stored_float_dtype(sd: LazyStateDict) -> torch.dtype:
     return max(counts, key=lambda d: counts[d])
 
 
-def is_fp8_checkpoint(sd: LazyStateDict) -> bool:
-    return stored_float_dtype(sd) in FP8_DTYPES
-
-
 def materialize(
     sd: LazyStateDict,
     dtype: torch.dtype | None = None,

@@ -147,11 +147,6 @@ def _lr(step: int, total: int, peak: float, warmup: int = 100, floor: float = 0.
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(p, 1.0))))
 
 
-def heldout_videos(n: int = 8) -> list[torch.Tensor]:
-    """Held-out clips (seeds beyond the training range) at the demo size, [1, 3, T, H, W] each."""
-    return [D.make_clip(D.TRAIN_SEED_LIMIT + 500 + i, width=64, height=64, frames=17)[0][None] for i in range(n)]
-
-
 def psnr_of_mse(mse: float) -> float:
     """PSNR in dB for videos in [-1, 1] (peak-to-peak 2)."""
     return 10 * math.log10(4.0 / max(mse, 1e-12))
