@@ -91,10 +91,12 @@ def test_auto_picks_the_largest_tile_that_fits(vae, monkeypatch):
     assert torch.equal(out, vae.decode(z, tiling="on", tile=(9, 9), overlap=(2, 2)))
     # a frame narrower than the tile: the tile is clipped to it and grows along the other side
     assert choose_decode_tile(vae.model, 6, 40, decode_peak_bytes(vae.model, 6, 20)) == ((6, 20), (1, 5))
-    # a given overlap (or tile) replaces the planned one
+    # a given tile caps the planned one; a given overlap replaces the default (a quarter of the tile at most)
+    assert decode_peak_bytes(vae.model, 6, 12) <= (fits + too_big) // 2  # the given tile fits as it is
     calls.clear()
-    vae.decode(z, overlap=3)
-    assert calls == [("tiled", (9, 9), 3)]
+    vae.decode(z, tile=(6, 12), overlap=(1, 5))
+    vae.decode(z, tile=32, overlap=1)
+    assert calls == [("tiled", (6, 12), (1, 3)), ("tiled", (9, 9), (1, 1))]
 
 
 def test_auto_with_no_room_uses_the_smallest_tile_and_still_falls_back(vae, monkeypatch):

@@ -15,6 +15,7 @@ import torch
 from .causal_conv import CausalConv3d
 from .model import WanVAEModel
 from .resample import Resample
+from .tiling import pair
 
 # Working set of the widest full-resolution layer, in frames of its output: the 3-frame window of a
 # residual conv, its output, the block input kept for the shortcut, lower-level frames waiting as pieces,
@@ -79,30 +80,34 @@ def choose_decode_tile(
     available: int,
     reserved: int = 0,
     min_tile: int = 8,
-    max_overlap: int = 8,
+    max_overlap: int | tuple[int, int] = 8,
+    max_tile: int | tuple[int, int] | None = None,
 ) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """None when ``height`` x ``width`` latents decode untiled within ``available`` bytes (``reserved`` of
     them already spoken for, e.g. the output video on the same device); else ``(tile, overlap)`` in latents:
-    the largest tile (square, clipped to the frame) whose estimate fits, overlap a quarter of the tile
-    (at most ``max_overlap``). Never below ``min_tile``: if even that does not fit, that is the answer.
+    the largest tile (square, clipped to the frame and to ``max_tile``) whose estimate fits, the overlap a
+    quarter of the tile, at most ``max_overlap`` (int or (h, w)). Never below ``min_tile``: if even that
+    does not fit, that is the answer (the out-of-memory fallback of ``WanVAE`` can still halve it).
     """
     budget = available - reserved
     if decode_peak_bytes(model, height, width) <= budget:
         return None
-    for side in range(max(height, width), min_tile - 1, -1):
-        th, tw = min(side, height), min(side, width)
-        if decode_peak_bytes(model, th, tw) <= budget:
+    cap_h, cap_w = pair(max_tile, "tile") if max_tile is not None else (height, width)
+    for side in range(max(height, width), 0, -1):
+        th, tw = min(side, height, cap_h), min(side, width, cap_w)
+        if max(th, tw) <= min_tile or decode_peak_bytes(model, th, tw) <= budget:
             break
-    else:
-        th, tw = min(min_tile, height), min(min_tile, width)
-    return (th, tw), (min(max_overlap, th // 4), min(max_overlap, tw // 4))
+    th, tw = max(th, min(min_tile, height, cap_h)), max(tw, min(min_tile, width, cap_w))  # a given tile wins
+    oh, ow = pair(max_overlap, "overlap")
+    return (th, tw), (min(oh, th // 4), min(ow, tw // 4))
 
 
-def plan_decode(vae, z: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """The plan of ``WanVAE.decode(z, tiling="auto")``: None (untiled fits) or ``(tile, overlap)``.
+def plan_decode(vae, z: torch.Tensor, tile=None, overlap=None) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The plan of ``WanVAE.decode(z, tiling="auto", tile, overlap)``: None (untiled fits) or ``(tile, overlap)``.
 
     Available memory: ``vae.memory_budget`` if set, else ``available_bytes`` of the model's device; the
-    float32 output video counts against it when it lives on that device.
+    float32 output video counts against it when it lives on that device. A given ``tile`` caps the tile, a
+    given ``overlap`` replaces the default one (both still at most what the tile allows).
     """
     model = vae.model
     device = next(model.parameters()).device
@@ -112,4 +117,4 @@ def plan_decode(vae, z: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]]
     same = z.device.type == device.type and (device.type == "cpu" or z.device == device)
     return choose_decode_tile(model, h, w, available_bytes(device, vae.memory_budget),
                               reserved=out_bytes if same else 0, min_tile=vae.min_tile,
-                              max_overlap=vae.default_overlap)
+                              max_overlap=vae.default_overlap if overlap is None else overlap, max_tile=tile)

@@ -28,6 +28,7 @@ from .config import VAEConfig, detect_vae_config
 from .keys import DIFFUSERS, PREFIXES, detect_key_format, to_official
 from .model import WanVAEModel, build_model
 from .streaming import InterruptFn, Progress, ProgressFn, stream_decode, stream_encode
+from .auto_tile import plan_decode
 from .tiling import pair, tiled_decode, tiled_encode
 
 TILING_MODES = ("auto", "on", "off")
@@ -112,6 +113,7 @@ class WanVAE:
     default_tile = 32     # latent units (256 px), as diffusers' default tile
     default_overlap = 8   # latent units (64 px)
     min_tile = 8
+    memory_budget: int | None = None  # bytes decode(tiling="auto") plans for; None: free CUDA memory / half the RAM
 
     def __init__(self, model: WanVAEModel, source: str = "<model>",
                  is_oom: Callable[[BaseException], bool] = default_is_oom):
@@ -191,9 +193,11 @@ class WanVAE:
     ) -> torch.Tensor:
         """Raw latents ``z`` [B, 16, T', H', W'] -> video [B, 3, 1 + 4(T'-1), 8H', 8W'] float32 in [-1, 1].
 
-        Streams one latent frame at a time. ``tiling``: "auto" (default: untiled, and on out-of-memory
-        tiled with a warning naming the tile size), "on", "off"; ``tile`` / ``overlap`` in latent units
-        (default 32 / 8). ``progress(done, total)`` per decoded chunk (x tiles); ``interrupt()`` before each
+        Streams one latent frame at a time. ``tiling``: "auto" (default: untiled when the estimated peak fits
+        the memory there is, else the largest tile that fits, see ``wan_core.vae.auto_tile``; on an
+        out-of-memory error tiled with a warning naming the tile size), "on", "off"; ``tile`` / ``overlap`` in
+        latent units (default 32 / 8; with "auto" a given tile caps the planned one).
+        ``progress(done, total)`` per decoded chunk (x tiles); ``interrupt()`` before each
         chunk (raise, or return True, to stop).
         """
         check_latents(z, self.config)
@@ -201,9 +205,15 @@ class WanVAE:
         b, _, t, h, w = z.shape
         sf = cfg.spatial_factor
         shape = (b, cfg.out_channels, cfg.video_frames(t), h * sf, w * sf)
+        plan = plan_decode(self, z, tile, overlap) if tiling == "auto" else None  # None: untiled fits
+
+        def untiled() -> torch.Tensor:
+            return self._decode_untiled(z, shape, progress, interrupt)
+
+        if plan is not None:  # the largest tile that fits (at most ``tile``); untiled is not tried
+            tile, overlap = plan
         video = self._with_tiling_policy(
-            "decode", tiling, tile, overlap,
-            lambda: self._decode_untiled(z, shape, progress, interrupt),
+            "decode", tiling, tile, overlap, untiled if plan is None else None,
             lambda tile_, overlap_: self._decode_tiled(z, shape, tile_, overlap_, progress, interrupt))
         self._check_output(video, "decode")
         return video
@@ -229,8 +239,9 @@ class WanVAE:
 
     # ---------------------------------------------------------------------------------------------- policy
     def _with_tiling_policy(self, what: str, tiling: str, tile, overlap, untiled, tiled) -> torch.Tensor:
-        """"off": ``untiled()``; "on": ``tiled(tile, overlap)``; "auto": untiled, and after an error that
-        ``self.is_oom`` accepts, tiled (tile halved on each further OOM, down to ``min_tile``) with one warning."""
+        """"off": ``untiled()``; "on": ``tiled(tile, overlap)``; "auto": untiled (skipped when ``untiled`` is
+        None), and after an error that ``self.is_oom`` accepts, tiled (tile halved on each further OOM, down to
+        ``min_tile``) with one warning."""
         if tiling not in TILING_MODES:
             raise ValueError(f"tiling must be one of {TILING_MODES}, got {tiling!r}")
         tile = self.default_tile if tile is None else tile
@@ -242,8 +253,10 @@ class WanVAE:
                 return untiled()
             if tiling == "on":
                 return tiled(tile, overlap)
+            planned = tile if untiled is None else None  # untiled=None: it does not fit, start with these tiles
             try:
-                return untiled()
+                if planned is None:
+                    return untiled()
             except Exception as err:  # noqa: BLE001 - filtered by the OOM predicate
                 if not self.is_oom(err):
                     raise
@@ -260,6 +273,8 @@ class WanVAE:
                 tile = (max(self.min_tile, th // 2), max(self.min_tile, tw // 2))
                 oh, ow = pair(overlap, "overlap")
                 overlap = (min(oh, tile[0] // 4), min(ow, tile[1] // 4))
+            if tile == planned:
+                return out  # the planned tiles fitted: nothing went wrong
             th, tw = pair(tile, "tile")
             oh, ow = pair(overlap, "overlap")
             sf = self.config.spatial_factor
