@@ -112,17 +112,37 @@ def test_sage_kernel_path_never_modifies_callers_k(monkeypatch):
     assert (out - sdpa_attention(q, k, v)).abs().max().item() < 3e-2  # bf16 inputs, exact smoothing
 
 
-def test_load_dit_options_object_keywords_and_dispatch_objects():
+def test_load_dit_takes_options_as_keywords_only():
     from wan_core.dit.loader import ModelOptions
 
     sd = random_dit_state()
-    opts = ModelOptions(attention="int8", skiparse="suv", suv_profile=(1, 4, 1), suv_stage_blocks=(2, 2, 2))
-    model = wan_core.load_dit(sd, config=CFG, options=opts, skiparse_steps=(0.25, None))
+    model = wan_core.load_dit(sd, config=CFG, attention="int8", skiparse="suv", suv_profile=[1, 4, 1],
+                              suv_stage_blocks=(2, 2, 2), skiparse_steps=(0.25, None))
     assert model.attention.backend == "int8" and model.attention.skiparse.ks == (1, 1, 4, 4, 1, 1)
-    assert model.load_options.skiparse_steps == (0.25, None)
-    custom = AttentionDispatch("sdpa", overrides=[AttentionOverride("int8", blocks=[0])])
-    model = wan_core.load_dit(sd, config=CFG, attention=custom, skiparse="osp13")
-    assert model.attention.overrides == custom.overrides and model.attention.skiparse.name == "osp13"
-    assert model.load_options.attention == "sdpa"
-    with pytest.raises(TypeError, match="unknown option.*ModelOptions fields"):
+    assert model.load_options == ModelOptions(attention="int8", skiparse="suv", suv_profile=(1, 4, 1),
+                                              suv_stage_blocks=(2, 2, 2), skiparse_steps=(0.25, None))
+    rules = [AttentionOverride("int8", blocks=[0])]
+    model = wan_core.load_dit(sd, config=CFG, attention_overrides=rules, skiparse="osp13")
+    assert model.attention.overrides == tuple(rules) and model.attention.skiparse.name == "osp13"
+    assert model.attention.backend == "sdpa"
+    # the forms load_dit no longer takes, and typos, are named with what to write instead
+    with pytest.raises(TypeError, match="no longer taken; pass the options as keywords"):
+        wan_core.load_dit(sd, config=CFG, options=ModelOptions(attention="int8"))
+    with pytest.raises(TypeError, match="not an AttentionDispatch.*attention_overrides"):
+        wan_core.load_dit(sd, config=CFG, attention=AttentionDispatch("sdpa", overrides=rules))
+    with pytest.raises(TypeError, match="unknown option.*sparse_k; the options are attention, "):
         wan_core.load_dit(sd, config=CFG, sparse_k=4)
+
+
+def test_load_dit_keywords_mirror_model_options():
+    """Every ModelOptions field is a keyword-only argument of load_dit with the same default, and no other."""
+    import dataclasses
+    import inspect
+
+    from wan_core.dit.loader import ModelOptions, load_dit
+
+    params = inspect.signature(load_dit).parameters
+    keywords = {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n != "progress"}
+    keywords["attention"] = params["attention"].default
+    fields = {f.name: f.default for f in dataclasses.fields(ModelOptions)}
+    assert keywords == fields

@@ -3,22 +3,22 @@
 Accepts official, ComfyUI (optionally ``model.diffusion_model.``-prefixed) and diffusers namings, in
 fp32/fp16/bf16/fp8 (plain or "scaled"), as a file, a diffusers folder or a state dict. The model is built on
 the ``meta`` device and the checkpoint tensors are assigned, so the weights are read once and never
-initialised randomly. :class:`ModelOptions` holds the acceleration switches (attention backend, skiparse
-schedule, FP8 weights and GEMM); fp8 weights are kept (or quantised) tensor by tensor, so no full-precision
-copy of the model is ever built.
+initialised randomly. The acceleration switches (attention backend, skiparse schedule, FP8 weights and GEMM)
+are keyword arguments of ``load_dit``, recorded and checked together as a :class:`ModelOptions`
+(``model.load_options``); fp8 weights are kept (or quantised) tensor by tensor, so no full-precision copy of
+the model is ever built.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import dataclasses
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Literal
 
 import torch
 import torch.nn as nn
 
-from ..attention.dispatch import AttentionDispatch, AttentionOverride, get_backend
-from ..attention.skiparse import SCHEDULES, SUV_PROFILE, skiparse_schedule
+from ..attention.dispatch import Attention, AttentionDispatch, AttentionOverride, get_backend
+from ..attention.skiparse import SCHEDULES, SUV_PROFILE, Skiparse, SkiparseMode, skiparse_schedule
 from ..attention.steps import check_step_range
 from ..checkpoint import (
     FP8_DTYPES, CheckpointError, LazyStateDict, Source, check_fp8_scales, check_shapes, dequantize, describe_keys,
@@ -27,17 +27,19 @@ from ..checkpoint import (
 )
 from ..config import DiTConfig, detect_dit_config
 from ..numerics import nonfinite_count
-from ..quant.fp8 import GEMM_MODES, GRANULARITIES, FP8Linear, is_block_linear, quantize_weight
+from ..quant.fp8 import GEMM_MODES, GRANULARITIES, FP8Linear, Gemm, Granularity, is_block_linear, quantize_weight
 from .keys import DIT_PREFIXES, detect_naming, diffusers_to_official
 from .model import WanDiT
 
 WEIGHT_FORMATS = ("fp32", "bf16", "fp16", "fp8_e4m3fn", "fp8_scaled")
+Weights = Literal["fp32", "bf16", "fp16", "fp8_e4m3fn", "fp8_scaled"]  # mirrors WEIGHT_FORMATS (tested equal)
 FLOAT_WEIGHTS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
 class ModelOptions:
-    """Acceleration switches of a loaded DiT (one object for the pipeline, the CLI and the nodes).
+    """The acceleration switches a DiT was loaded with (``model.load_options``): one field per keyword
+    argument of :func:`load_dit`, with the same defaults (a test keeps the two equal), checked together.
 
     attention: backend for every attention call: "sdpa" | "sage" | "int8" | "int8_fp8" (or any registered).
     attention_overrides: ``AttentionOverride`` rules (backend per block list / step range / kind).
@@ -53,18 +55,18 @@ class ModelOptions:
     gemm: "upcast" (dequantise per layer, default) | "scaled_mm" (FP8 GEMM, per-token activation scales).
     """
 
-    attention: str = "sdpa"
+    attention: Attention | str = "sdpa"  # a built-in backend or a name given to register_backend
     attention_overrides: tuple[AttentionOverride, ...] = ()
-    skiparse: str = "none"
+    skiparse: Skiparse = "none"
     skiparse_k: int = 4
     skiparse_ks: tuple[int, ...] | None = None
-    skiparse_modes: tuple[str, ...] | None = None
+    skiparse_modes: tuple[SkiparseMode, ...] | None = None
     suv_profile: tuple[int, ...] = SUV_PROFILE
     suv_stage_blocks: tuple[int, ...] | None = None
     skiparse_steps: tuple | None = None
-    weights: str | None = None
-    fp8_granularity: str = "tensor"
-    gemm: str = "upcast"
+    weights: Weights | None = None
+    fp8_granularity: Granularity = "tensor"
+    gemm: Gemm = "upcast"
 
     def __post_init__(self):
         for name in ("attention_overrides", "skiparse_ks", "skiparse_modes", "suv_profile", "suv_stage_blocks"):
@@ -90,9 +92,6 @@ class ModelOptions:
     @property
     def fp8(self) -> bool:
         return self.weights in ("fp8_e4m3fn", "fp8_scaled")
-
-    def replace(self, **changes) -> "ModelOptions":
-        return dataclasses.replace(self, **changes)
 
     def skiparse_schedule(self, num_layers: int):
         return skiparse_schedule(self.skiparse, num_layers, k=self.skiparse_k, ks=self.skiparse_ks,
@@ -125,21 +124,18 @@ def default_dtype(stored: torch.dtype) -> torch.dtype:
     return torch.bfloat16 if stored in FP8_DTYPES else stored
 
 
-def _merge_options(options, attention, skiparse, weights, gemm, overrides) -> ModelOptions:
-    opts = options if options is not None else ModelOptions()
-    if not isinstance(opts, ModelOptions):
-        raise TypeError(f"options must be a ModelOptions, got {type(opts).__name__}")
+def _refuse_other_forms(attention, unknown: dict) -> None:
+    """One way to give the options: keywords. Name the forms load_dit no longer takes, and typos."""
     if isinstance(attention, AttentionDispatch):
-        attention = attention.backend
-    changes = {k: v for k, v in (("attention", attention),
-                                 ("skiparse", skiparse), ("weights", weights), ("gemm", gemm)) if v is not None}
-    fields = {f.name for f in dataclasses.fields(ModelOptions)}
-    unknown = sorted(set(overrides) - fields)
+        raise TypeError("load_dit: attention takes a backend name (e.g. 'int8'), not an AttentionDispatch; give "
+                        "per-block or per-step backends as attention_overrides=[AttentionOverride(...)] and the "
+                        "sparse schedule as skiparse=...")
+    if "options" in unknown:
+        raise TypeError("load_dit: options=ModelOptions(...) is no longer taken; pass the options as keywords, "
+                        "e.g. load_dit(src, attention='int8', skiparse='osp13') (or load_dit(src, **vars(opts)))")
     if unknown:
-        raise TypeError(f"load_dit: unknown option(s) {', '.join(unknown)}; ModelOptions fields are "
-                        f"{', '.join(sorted(fields))}")
-    changes.update(overrides)
-    return opts.replace(**changes) if changes else opts
+        names = ", ".join(f.name for f in fields(ModelOptions))
+        raise TypeError(f"load_dit: unknown option(s) {', '.join(sorted(unknown))}; the options are {names}")
 
 
 def _weight_dtype(opts: ModelOptions, dtype: torch.dtype | None, sd: LazyStateDict) -> torch.dtype:
@@ -229,41 +225,53 @@ def load_dit(
     dtype: torch.dtype | None = None,
     device: torch.device | str = "cpu",
     config: DiTConfig | None = None,
-    attention: str | AttentionDispatch | None = None,
+    attention: Attention | str = "sdpa",
     *,
-    skiparse: str | None = None,
-    weights: str | None = None,
-    gemm: str | None = None,
-    options: ModelOptions | None = None,
+    attention_overrides: Sequence[AttentionOverride] = (),
+    skiparse: Skiparse = "none",
+    skiparse_k: int = 4,
+    skiparse_ks: Sequence[int] | None = None,
+    skiparse_modes: Sequence[SkiparseMode] | None = None,
+    suv_profile: Sequence[int] = SUV_PROFILE,
+    suv_stage_blocks: Sequence[int] | None = None,
+    skiparse_steps: tuple | None = None,
+    weights: Weights | None = None,
+    fp8_granularity: Granularity = "tensor",
+    gemm: Gemm = "upcast",
     progress: Callable[[int, int], None] | None = None,
-    **option_fields,
+    **unknown,
 ) -> WanDiT:
     """Load a Wan DiT from a file, a diffusers folder or a state dict.
 
     ``dtype``: weight dtype (None = as stored; fp8 files are dequantised to bf16), or the compute dtype
     when the weights are fp8. ``config``: skip detection (needed only for unusual head counts).
-    Acceleration: ``attention`` ("sdpa" | "sage" | "int8" | "int8_fp8", or an ``AttentionDispatch``),
-    ``skiparse`` ("none" | "osp13" | "suv" | "custom"), ``weights`` ("fp32" | "bf16" | "fp16" |
-    "fp8_e4m3fn" | "fp8_scaled"), ``gemm`` ("upcast" | "scaled_mm"); any other ``ModelOptions`` field
-    (e.g. ``skiparse_ks=...``) as a keyword; ``options`` gives them all at once (keywords win).
+    Acceleration (keywords only, documented on :class:`ModelOptions`): ``attention`` ("sdpa" | "sage" | "int8"
+    | "int8_fp8" or a registered name) with ``attention_overrides``, ``skiparse`` ("none" | "osp13" | "suv" |
+    "custom") with ``skiparse_k`` / ``skiparse_ks`` / ``skiparse_modes`` / ``suv_profile`` /
+    ``suv_stage_blocks`` / ``skiparse_steps``, ``weights`` ("fp32" | "bf16" | "fp16" | "fp8_e4m3fn" |
+    "fp8_scaled"), ``fp8_granularity`` and ``gemm`` ("upcast" | "scaled_mm").
     ``progress(done, total)``: called per tensor read (it may raise to stop loading).
     Returns the model in eval mode on ``device``; the options used are ``model.load_options``.
     """
-    opts = _merge_options(options, attention, skiparse, weights, gemm, option_fields)
+    _refuse_other_forms(attention, unknown)
+    opts = ModelOptions(
+        attention=attention, attention_overrides=tuple(attention_overrides), skiparse=skiparse,
+        skiparse_k=skiparse_k, skiparse_ks=None if skiparse_ks is None else tuple(skiparse_ks),
+        skiparse_modes=None if skiparse_modes is None else tuple(skiparse_modes), suv_profile=tuple(suv_profile),
+        suv_stage_blocks=None if suv_stage_blocks is None else tuple(suv_stage_blocks),
+        skiparse_steps=skiparse_steps, weights=weights, fp8_granularity=fp8_granularity, gemm=gemm,
+    )
     sd = official_state_dict(src)
     shapes = {k: sd.shape(k) for k in sd if not is_quant_aux_key(k)}
     if config is None:
         heads = sd.metadata.get("config", {}).get("num_attention_heads")
+        # a safetensors header may record a text length other than Wan's 512 (the built-in demo DiT: 32)
+        text_len = int(sd.metadata.get("wan_text_len", 512))
         try:
-            config = detect_dit_config(shapes, num_heads=heads)
+            config = detect_dit_config(shapes, text_len=text_len, num_heads=heads)
         except (KeyError, ValueError) as e:
             raise CheckpointError(f"{sd.source}: incomplete Wan DiT: {e}") from e
     dispatch = opts.attention_dispatch(config.num_layers)
-    if isinstance(attention, AttentionDispatch):
-        changes = {"skiparse": dispatch.skiparse} if opts.skiparse != "none" else {}
-        if opts.attention_overrides:
-            changes["overrides"] = opts.attention_overrides
-        dispatch = attention.replace(**changes) if changes else attention
     with torch.device("meta"):
         model = WanDiT(config)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}

@@ -12,7 +12,7 @@ reuse) and what the output was (``record_output``). The call ``dit(x, t, context
 """
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn as nn
@@ -24,9 +24,13 @@ from .block import Head, WanBlock
 from .embeddings import pad_context, patchify, time_embed, unpatchify
 from .rope import rope_frequencies
 
+if TYPE_CHECKING:  # the loader imports this module
+    from .loader import ModelOptions
+
 
 class WanDiT(nn.Module):
     source: str = "<model>"  # the file it was loaded from (set by load_dit), named in errors
+    load_options: ModelOptions | None = None  # the acceleration options load_dit used (None: built directly)
 
     def __init__(self, config: DiTConfig, attention: AttentionDispatch | None = None):
         super().__init__()
