@@ -24,10 +24,11 @@ from ..checkpoint import (
     strip_prefix,
 )
 from ..numerics import check_finite
+from ..progress import InterruptFn, ProgressCounter, ProgressFn
 from .config import VAEConfig, detect_vae_config
 from .keys import DIFFUSERS, PREFIXES, detect_key_format, to_official
 from .model import WanVAEModel, build_model
-from .streaming import InterruptFn, Progress, ProgressFn, stream_decode, stream_encode
+from .streaming import stream_decode, stream_encode
 from .auto_tile import plan_decode
 from .tiling import pair, tiled_decode, tiled_encode
 
@@ -174,7 +175,7 @@ class WanVAE:
         def sink(b: int, i: int, mu: torch.Tensor) -> None:
             out[b:b + 1, :, i:i + 1].copy_(mu)
 
-        stream_encode(self.model, video, sink, Progress(progress, shape[0] * shape[2]), interrupt)
+        stream_encode(self.model, video, sink, ProgressCounter(progress, shape[0] * shape[2]), interrupt)
         return out
 
     def _encode_tiled(self, video, shape, tile, overlap, progress, interrupt) -> torch.Tensor:
@@ -230,7 +231,7 @@ class WanVAE:
         def sink(b: int, t: int, frames: torch.Tensor) -> None:
             out[b:b + 1, :, t:t + frames.shape[2]].copy_(frames)
 
-        stream_decode(self.model, z, sink, Progress(progress, z.shape[0] * z.shape[2]), interrupt)
+        stream_decode(self.model, z, sink, ProgressCounter(progress, z.shape[0] * z.shape[2]), interrupt)
         return out
 
     def _decode_tiled(self, z, shape, tile, overlap, progress, interrupt) -> torch.Tensor:

@@ -9,31 +9,12 @@ from collections.abc import Callable
 
 import torch
 
+from ..progress import InterruptFn, ProgressCounter, check_interrupt
 from .causal_conv import TemporalState
 from .model import WanVAEModel
 
-ProgressFn = Callable[[int, int], None]
-InterruptFn = Callable[[], object]
 # sink(batch_index, first_output_frame, frames [1, C, t, h, w]) stores one decoded / encoded chunk
 SinkFn = Callable[[int, int, torch.Tensor], None]
-
-
-def check_interrupt(interrupt: InterruptFn | None, what: str) -> None:
-    """Call ``interrupt()``; it stops the work by raising (ComfyUI's style) or by returning True."""
-    if interrupt is not None and interrupt():
-        raise InterruptedError(f"{what} interrupted")
-
-
-class Progress:
-    """Counts chunks over a whole call (all batch items and tiles) and reports ``progress(done, total)``."""
-
-    def __init__(self, fn: ProgressFn | None, total: int):
-        self.fn, self.total, self.done = fn, total, 0
-
-    def step(self) -> None:
-        self.done += 1
-        if self.fn is not None:
-            self.fn(self.done, self.total)
 
 
 def encode_chunks(frames: int, temporal_factor: int = 4) -> list[tuple[int, int]]:
@@ -49,7 +30,7 @@ def stream_encode(
     model: WanVAEModel,
     video: torch.Tensor,
     sink: SinkFn,
-    progress: Progress | None = None,
+    progress: ProgressCounter | None = None,
     interrupt: InterruptFn | None = None,
     piece_frames: int | None = 1,
 ) -> None:
@@ -77,7 +58,7 @@ def stream_decode(
     model: WanVAEModel,
     z: torch.Tensor,
     sink: SinkFn,
-    progress: Progress | None = None,
+    progress: ProgressCounter | None = None,
     interrupt: InterruptFn | None = None,
     piece_frames: int | None = 1,
 ) -> None:

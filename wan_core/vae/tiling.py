@@ -11,8 +11,9 @@ import math
 
 import torch
 
+from ..progress import InterruptFn, ProgressCounter
 from .model import WanVAEModel
-from .streaming import InterruptFn, Progress, stream_decode, stream_encode
+from .streaming import stream_decode, stream_encode
 
 Span = tuple[int, int]
 
@@ -104,7 +105,7 @@ def tiled_decode(
     """
     sf = model.config.spatial_factor
     rows, cols = tile_grid(z.shape[3], z.shape[4], tile, overlap)
-    prog = Progress(progress, z.shape[0] * z.shape[2] * len(rows) * len(cols))
+    prog = ProgressCounter(progress, z.shape[0] * z.shape[2] * len(rows) * len(cols))
     for (y0, y1), (x0, x1), w in _tiles(rows, cols, sf):
         w = w.to(out.device)
         region = (slice(y0 * sf, y1 * sf), slice(x0 * sf, x1 * sf))
@@ -132,7 +133,7 @@ def tiled_encode(
     """
     sf = model.config.spatial_factor
     rows, cols = tile_grid(out.shape[3], out.shape[4], tile, overlap)
-    prog = Progress(progress, video.shape[0] * out.shape[2] * len(rows) * len(cols))
+    prog = ProgressCounter(progress, video.shape[0] * out.shape[2] * len(rows) * len(cols))
     for (y0, y1), (x0, x1), w in _tiles(rows, cols, 1):
         w = w.to(out.device)
 
