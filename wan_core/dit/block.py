@@ -36,13 +36,14 @@ class WanBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, e0: torch.Tensor, ctx, freqs: torch.Tensor,
                 attn: AttentionDispatch, layer: int, attention_cache=None) -> torch.Tensor:
-        """``x [B, L, D]`` float32, ``e0 [B, 6, D]`` float32, ``ctx [B, 512, D]`` (or the cross-attention's
-        precomputed ``(k, v)``), ``freqs [L, d/2]`` RoPE -> ``[B, L, D]`` float32.
+        """``x [B, L, D]`` float32, ``e0 [B, 6, D]`` (or per token ``[B, L, 6, D]``) float32, ``ctx [B, 512, D]``
+        (or the cross-attention's precomputed ``(k, v)``), ``freqs [L, d/2]`` RoPE -> ``[B, L, D]`` float32.
 
         ``attention_cache``: optional ``(layer, h, compute) -> out`` that may return a stored self-attention
         output instead of calling ``compute(h)`` (``wan_core.cache``'s attention cache)."""
         dtype = self.modulation.dtype  # the compute dtype (linear weights may be stored in fp8)
-        mod = (self.modulation.float() + e0).unsqueeze(2)  # [B, 6, 1, D]
+        mod = self.modulation.float() + e0  # [B, 6, D], or per token [B, L, 6, D] (Wan 2.2 TI2V)
+        mod = mod.unsqueeze(2) if mod.dim() == 3 else mod.transpose(1, 2)  # [B, 6, 1 or L, D]
         shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff = mod.unbind(1)
 
         h = torch.addcmul(shift_sa, layer_norm(x, self.eps), 1 + scale_sa).to(dtype)
@@ -72,7 +73,11 @@ class Head(nn.Module):
         self.modulation = nn.Parameter(torch.zeros(1, 2, dim))
 
     def forward(self, x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-        """``x [B, L, D]`` float32, ``e [B, D]`` float32 -> ``[B, L, out_features]`` float32."""
-        shift, scale = (self.modulation.float() + e[:, None]).unsqueeze(2).unbind(1)
+        """``x [B, L, D]`` float32, ``e [B, D]`` (or per token ``[B, L, D]``) float32 -> ``[B, L, out_features]``
+        float32."""
+        if e.dim() == 2:
+            shift, scale = (self.modulation.float() + e[:, None]).unsqueeze(2).unbind(1)
+        else:  # per-token timesteps: [1, 1, 2, D] + [B, L, 1, D]
+            shift, scale = (self.modulation.float()[:, None] + e[:, :, None]).unbind(2)
         h = torch.addcmul(shift, layer_norm(x, self.eps), 1 + scale)
         return self.head(h.to(self.head.weight.dtype)).float()

@@ -1,9 +1,10 @@
 """The Wan 2.1 text-to-video DiT (docs/wan_spec.md section 2), with official parameter names.
 
-``WanDiT(config)(x, t, context) -> v``: x ``[B, 16, F, H, W]`` normalised latents, t ``[B]`` on 0..1000
-(int or float), context ``[B, L, text_dim]`` or a list of ``[L_i, text_dim]`` -> velocity ``[B, 16, F, H, W]``
-float32. Attention goes through ``self.attention`` (an ``AttentionDispatch``), replaced from outside to
-switch backends or wrap skiparse / context parallelism.
+``WanDiT(config)(x, t, context) -> v``: x ``[B, C, F, H, W]`` normalised latents (C = 16, or 48 for Wan 2.2
+TI2V-5B), t ``[B]`` on 0..1000 (int or float) or one per patch token ``[B, L]``, context ``[B, L, text_dim]``
+or a list of ``[L_i, text_dim]`` -> velocity ``[B, C, F, H, W]`` float32.
+Attention goes through ``self.attention`` (an ``AttentionDispatch``), replaced from outside to switch backends
+or wrap skiparse / context parallelism.
 
 ``self.cache`` is None except while a sampler runs with a diffusion cache (``wan_core.cache``): the session
 object is then asked, at three points of the forward, whether the whole output can be reused
@@ -65,14 +66,34 @@ class WanDiT(nn.Module):
         ctx = pad_context(context, c.text_len, c.text_dim, batch).to(self.device)
         return self.text_embedding(ctx.to(self.dtype))
 
-    def embed_time(self, t, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Timesteps (scalar or ``[B]``, int or float, 0..1000) -> ``e [B, D]``, ``e0 [B, 6, D]`` (float32)."""
+    def embed_time(self, t, batch: int, tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Timesteps (int or float, 0..1000) -> time embeddings (float32).
+
+        Scalar or ``[B]`` -> ``e [B, D]``, ``e0 [B, 6, D]``. Per token, ``[B, L]`` (``L = tokens``, the patch
+        tokens in (f, h, w) order, as Wan 2.2 TI2V passes it: docs/wan22.md section 2) -> ``e [B, L, D]``,
+        ``e0 [B, L, 6, D]``; the MLPs run once per distinct timestep, not once per token.
+        """
         t = torch.as_tensor(t, device=self.device)
         if t.dim() == 0:
             t = t.expand(batch)
+        if t.dim() == 2 and tokens is not None and t.shape == (batch, tokens):
+            values, index = torch.unique(t, return_inverse=True)
+            e, e0 = time_embed(values, self.config.freq_dim, self.time_embedding, self.time_projection)
+            return e[index], e0[index]
         if t.shape != (batch,):
-            raise ValueError(f"timestep must be a scalar or shape [{batch}], got {list(t.shape)}")
+            per_token = f" or [{batch}, {tokens}] (one per patch token)" if tokens is not None else ""
+            raise ValueError(f"timestep must be a scalar, shape [{batch}]{per_token}, got {list(t.shape)}")
         return time_embed(t, self.config.freq_dim, self.time_embedding, self.time_projection)
+
+    def embed_context(self, context, batch: int, clip_tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """Embedded text ``[B, text_len, D]``; for an I2V/FLF2V model the embedded CLIP tokens come first:
+        ``[B, N_img + text_len, D]`` (official ``WanModel.forward``, Wan2.1 wan/modules/model.py lines 561-563)."""
+        text = self.embed_text(context, batch)
+        if self.img_emb is None:
+            return text
+        assert clip_tokens is not None  # check_image_inputs ran in forward
+        img = self.img_emb(clip_tokens.to(self.device))
+        return torch.cat([img.expand(batch, -1, -1).to(text.dtype), text], dim=1)
 
     def grid(self, x: torch.Tensor) -> tuple[int, int, int]:
         """Patch grid ``(F', H', W')`` of latents ``[B, C, F, H, W]``, validating the shape."""
@@ -99,7 +120,8 @@ class WanDiT(nn.Module):
         return h
 
     def forward(self, x: torch.Tensor, t, context) -> torch.Tensor:
-        """x ``[B, 16, F, H, W]``, t ``[B]`` or scalar, context ``[B, L, text_dim]`` or list -> v float32."""
+        """x ``[B, C, F, H, W]``, t scalar, ``[B]`` or per token ``[B, L]``, context ``[B, L, text_dim]`` or list
+        -> v float32."""
         c = self.config
         b = x.shape[0]
         grid = self.grid(x)
@@ -111,7 +133,7 @@ class WanDiT(nn.Module):
         w = self.patch_embedding.weight
         tokens = F.linear(patchify(x.to(w.dtype), c.patch_size), w.flatten(1), self.patch_embedding.bias)
         h = tokens.float()  # residual stream [B, L, D], float32
-        e, e0 = self.embed_time(t, b)
+        e, e0 = self.embed_time(t, b, tokens.shape[1])
         freqs = rope_frequencies(grid, c.rope_dims, c.rope_theta, device=x.device)
         if cache is None:
             h = self.run_blocks(h, e0, self.embed_text(context, b), freqs)
