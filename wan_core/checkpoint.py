@@ -520,7 +520,7 @@ def describe_keys(keys) -> str:
     if has("lora_A") or has("lora_down") or has("lora_up") or has("lora_B"):
         return "a LoRA (adapter weights, not a full model; load it with a LoRA loader)"
     if has("img_emb.proj") and has("blocks.0.self_attn"):
-        return "a Wan 2.1 image-to-video DiT (image-to-video is not supported by this loader yet)"
+        return "a Wan 2.1 image-to-video DiT" + (" (first-last-frame)" if has("img_emb.emb_pos") else "")
     if has("head.modulation") and has("blocks.0.self_attn.q"):
         return "a Wan 2.1 DiT"
     if has("condition_embedder.time_proj") and has("blocks.0.attn1.to_q"):

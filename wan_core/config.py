@@ -30,6 +30,10 @@ class DiTConfig:
     eps: float = 1e-6
     rope_theta: float = 10000.0
     rope_max_len: int = 1024
+    # Wan 2.1 I2V / FLF2V (docs/i2v.md section 2): CLIP width of ``img_emb`` (1280; 0 = no image cross-attention)
+    # and the FLF2V position embedding's token count (``img_emb.emb_pos``: 514; 0 = none)
+    image_dim: int = 0
+    image_pos_len: int = 0
     name: str = "custom"
 
     def __post_init__(self):
@@ -80,6 +84,13 @@ class TextEncoderConfig:
 DIT_PRESETS: dict[str, DiTConfig] = {
     "wan2.1-t2v-1.3b": DiTConfig(name="wan2.1-t2v-1.3b"),
     "wan2.1-t2v-14b": DiTConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40, name="wan2.1-t2v-14b"),
+    # I2V-14B (480P and 720P share the shapes) and FLF2V-14B: Wan2.1 wan/configs/wan_i2v_14B.py lines 28-32,
+    # wan/configs/__init__.py line 15 (flf2v = i2v); in_dim 36 = 16 noise + 4 mask + 16 conditioning latent
+    # (wan/modules/model.py line 530 concatenates y after x)
+    "wan2.1-i2v-14b": DiTConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40, in_dim=36, image_dim=1280,
+                                name="wan2.1-i2v-14b"),
+    "wan2.1-flf2v-14b": DiTConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40, in_dim=36, image_dim=1280,
+                                  image_pos_len=514, name="wan2.1-flf2v-14b"),
     # Wan 2.2 TI2V-5B: Wan2.2 wan/configs/wan_ti2v_5B.py lines 20-29 (48 latent channels of the Wan 2.2 VAE).
     "wan2.2-ti2v-5b": DiTConfig(dim=3072, ffn_dim=14336, num_heads=24, num_layers=30, in_dim=48, out_dim=48,
                                 name="wan2.2-ti2v-5b"),
@@ -147,7 +158,10 @@ def detect_dit_config(
         patch_size=patch,  # type: ignore[arg-type]
         qk_norm="blocks.0.self_attn.norm_q.weight" in shapes,
         cross_attn_norm="blocks.0.norm3.weight" in shapes,
-        name=_preset_name(dim, num_layers),
+        image_dim=int(shapes["img_emb.proj.1.weight"][1]) if "img_emb.proj.1.weight" in shapes else 0,
+        image_pos_len=int(shapes["img_emb.emb_pos"][1]) if "img_emb.emb_pos" in shapes else 0,
+        name=_preset_name(dim, num_layers, int(shapes["patch_embedding.weight"][1]), "img_emb.proj.1.weight" in shapes,
+                          "img_emb.emb_pos" in shapes),
     )
 
 
@@ -159,9 +173,10 @@ def _guess_heads(dim: int) -> int:
     return 1
 
 
-def _preset_name(dim: int, layers: int) -> str:
+def _preset_name(dim: int, layers: int, in_dim: int = 16, image: bool = False, image_pos: bool = False) -> str:
     for name, cfg in DIT_PRESETS.items():
-        if cfg.dim == dim and cfg.num_layers == layers:
+        if (cfg.dim, cfg.num_layers, cfg.in_dim, bool(cfg.image_dim), bool(cfg.image_pos_len)) == (
+                dim, layers, in_dim, image, image_pos):
             return name
     return "custom"
 

@@ -237,12 +237,19 @@ class CacheSession:
         self._mark(segs, REUSED)
         return torch.cat([pol.reuse(s.branch, x[s.rows]) for s in segs])
 
-    def run_blocks(self, dit, h: torch.Tensor, e: torch.Tensor, e0: torch.Tensor, context, freqs) -> torch.Tensor:
-        """The block stack with the caches: ``h [B, L, D]``, ``e [B, D]``, ``e0 [B, 6, D]`` -> ``[B, L, D]``."""
+    def run_blocks(self, dit, h: torch.Tensor, e: torch.Tensor, e0: torch.Tensor, context, freqs,
+                   clip_tokens=None) -> torch.Tensor:
+        """The block stack with the caches: ``h [B, L, D]``, ``e [B, D]``, ``e0 [B, 6, D]`` -> ``[B, L, D]``.
+        ``clip_tokens``: the image tokens of a Wan 2.1 I2V model (part of its cross-attention context)."""
         b = h.shape[0]
         segs = self._segments or self._split(b)
         self.report.tokens = h.shape[1]
-        text = self.text_kv.states(dit, context, b) if self.text_kv is not None else dit.embed_text(context, b)
+        if self.text_kv is not None:
+            text = self.text_kv.states(dit, context, b, clip_tokens)
+        elif clip_tokens is not None:
+            text = dit.embed_context(context, b, clip_tokens)
+        else:
+            text = dit.embed_text(context, b)
         pol = self.block_policy
         decide = [True if pol is None else pol.should_compute(s.branch, self.step, e[s.rows], e0[s.rows])
                   for s in segs]
@@ -257,7 +264,7 @@ class CacheSession:
             for s, compute in zip(segs, decide):
                 hs = h[s.rows]
                 if compute:
-                    sub = [(k[s.rows], v[s.rows]) for k, v in text] if isinstance(text, list) else text[s.rows]
+                    sub = [tuple(t[s.rows] for t in kv) for kv in text] if isinstance(text, list) else text[s.rows]
                     local = [Segment(s.branch, 0, s.stop - s.start)]
                     o = dit.run_blocks(hs, e0[s.rows], sub, freqs, self._attention_scope(local))
                     pol.computed(s.branch, self.step, o - hs)

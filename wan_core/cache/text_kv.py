@@ -29,14 +29,19 @@ class TextKVCache:
         items = tuple(context) if isinstance(context, (list, tuple)) else (context,)
         return tuple(id(t) for t in items) + (batch,), items
 
-    def states(self, dit, context, batch: int) -> list:
+    def states(self, dit, context, batch: int, clip_tokens=None) -> list:
+        """One ``(k, v)`` per block (``(k, v, k_img, v_img)`` for a Wan 2.1 I2V model given ``clip_tokens``)."""
         key, refs = self._key(context, batch)
+        if clip_tokens is not None:  # the image tokens are part of the cross-attention context
+            key, refs = key + (id(clip_tokens),), refs + (clip_tokens,)
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
             self.reused += 1
             return entry[1]
-        kv = dit.text_kv(dit.embed_text(context, batch))
+        embedded = dit.embed_text(context, batch) if clip_tokens is None else dit.embed_context(context, batch,
+                                                                                                clip_tokens)
+        kv = dit.text_kv(embedded)
         self._entries[key] = (refs, kv)
         self.computed += 1
         while len(self._entries) > self.max_entries:

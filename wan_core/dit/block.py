@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from ..attention.dispatch import AttentionDispatch
 from .attention import CrossAttention, SelfAttention
+from .image import ImageCrossAttention
 
 
 def layer_norm(x: torch.Tensor, eps: float, weight: torch.Tensor | None = None,
@@ -25,12 +26,14 @@ class WanBlock(nn.Module):
     """Self-attention (modulated), cross-attention (affine ``norm3``), FFN (modulated); gates in float32."""
 
     def __init__(self, dim: int, ffn_dim: int, num_heads: int, qk_norm: bool = True,
-                 cross_attn_norm: bool = True, eps: float = 1e-6):
+                 cross_attn_norm: bool = True, eps: float = 1e-6, image_text_len: int = 0):
         super().__init__()
         self.eps = eps
         self.self_attn = SelfAttention(dim, num_heads, qk_norm, eps)
         self.norm3 = nn.LayerNorm(dim, eps=eps, elementwise_affine=True) if cross_attn_norm else nn.Identity()
-        self.cross_attn = CrossAttention(dim, num_heads, qk_norm, eps)
+        # image_text_len > 0: Wan 2.1 I2V/FLF2V block, image rows before the text_len text rows (dit/image.py)
+        self.cross_attn = (ImageCrossAttention(dim, num_heads, qk_norm, eps, image_text_len) if image_text_len
+                           else CrossAttention(dim, num_heads, qk_norm, eps))
         self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(ffn_dim, dim))
         self.modulation = nn.Parameter(torch.zeros(1, 6, dim))
 

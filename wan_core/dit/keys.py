@@ -16,8 +16,15 @@ _TOP = [
     ("time_projection.1.", "condition_embedder.time_proj."),
     ("head.head.", "proj_out."),
     ("patch_embedding.", "patch_embedding."),
+    # Wan 2.1 I2V / FLF2V image MLP: diffusers loaders/single_file_utils.py TRANSFORMER_KEYS_RENAME_DICT
+    ("img_emb.proj.0.", "condition_embedder.image_embedder.norm1."),
+    ("img_emb.proj.1.", "condition_embedder.image_embedder.ff.net.0.proj."),
+    ("img_emb.proj.3.", "condition_embedder.image_embedder.ff.net.2."),
+    ("img_emb.proj.4.", "condition_embedder.image_embedder.norm2."),
 ]
-_TOP_EXACT = [("head.modulation", "scale_shift_table")]
+# img_emb.emb_pos (FLF2V) is WanImageEmbedding.pos_embed in diffusers; its single-file converter drops it
+_TOP_EXACT = [("head.modulation", "scale_shift_table"),
+              ("img_emb.emb_pos", "condition_embedder.image_embedder.pos_embed")]
 _BLOCK = [
     ("self_attn.q.", "attn1.to_q."), ("self_attn.k.", "attn1.to_k."), ("self_attn.v.", "attn1.to_v."),
     ("self_attn.o.", "attn1.to_out.0."), ("self_attn.norm_q.", "attn1.norm_q."),
@@ -25,6 +32,8 @@ _BLOCK = [
     ("cross_attn.q.", "attn2.to_q."), ("cross_attn.k.", "attn2.to_k."), ("cross_attn.v.", "attn2.to_v."),
     ("cross_attn.o.", "attn2.to_out.0."), ("cross_attn.norm_q.", "attn2.norm_q."),
     ("cross_attn.norm_k.", "attn2.norm_k."),
+    ("cross_attn.k_img.", "attn2.add_k_proj."), ("cross_attn.v_img.", "attn2.add_v_proj."),
+    ("cross_attn.norm_k_img.", "attn2.norm_added_k."),
     ("norm3.", "norm2."),
     ("ffn.0.", "ffn.net.0.proj."), ("ffn.2.", "ffn.net.2."),
 ]

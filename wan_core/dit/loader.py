@@ -1,4 +1,5 @@
-"""``load_dit``: any Wan 2.1 T2V DiT file users have -> a ready ``WanDiT`` (docs/design.md section 4).
+"""``load_dit``: any Wan 2.1 T2V / I2V / FLF2V DiT file users have -> a ready ``WanDiT`` (docs/design.md section 4;
+image-to-video: docs/i2v.md).
 
 Accepts official, ComfyUI (optionally ``model.diffusion_model.``-prefixed) and diffusers namings, in
 fp32/fp16/bf16/fp8 (plain or "scaled"), as a file, a diffusers folder or a state dict. The model is built on
@@ -114,8 +115,9 @@ def official_state_dict(src: Source) -> LazyStateDict:
         if naming == "diffusers":
             return view.rename(lambda k: diffusers_to_official(k) or (k if is_quant_aux_key(k) else f"?{k}"))
     raise CheckpointError(
-        f"{sd.source}: not a Wan 2.1 text-to-video DiT; it looks like {describe_keys(sd.keys())}. "
-        f"Pick the Wan diffusion model file (e.g. wan2.1_t2v_1.3B_fp16.safetensors) for this input."
+        f"{sd.source}: not a Wan DiT; it looks like {describe_keys(sd.keys())}. "
+        f"Pick the Wan diffusion model file (e.g. wan2.1_t2v_1.3B_fp16.safetensors or "
+        f"wan2.1_i2v_480p_14B_fp16.safetensors) for this input."
     )
 
 

@@ -23,6 +23,7 @@ from ..attention.dispatch import AttentionDispatch
 from ..config import DiTConfig
 from .block import Head, WanBlock
 from .embeddings import pad_context, patchify, time_embed, unpatchify
+from .image import ImageEmbedding, check_image_inputs
 from .rope import rope_frequencies
 
 if TYPE_CHECKING:  # the loader imports this module
@@ -44,9 +45,12 @@ class WanDiT(nn.Module):
         self.time_embedding = nn.Sequential(nn.Linear(c.freq_dim, c.dim), nn.SiLU(), nn.Linear(c.dim, c.dim))
         self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(c.dim, 6 * c.dim))
         self.blocks = nn.ModuleList(
-            WanBlock(c.dim, c.ffn_dim, c.num_heads, c.qk_norm, c.cross_attn_norm, c.eps)
+            WanBlock(c.dim, c.ffn_dim, c.num_heads, c.qk_norm, c.cross_attn_norm, c.eps,
+                     image_text_len=c.text_len if c.image_dim else 0)
             for _ in range(c.num_layers)
         )
+        # Wan 2.1 I2V / FLF2V: CLIP tokens -> image context (docs/i2v.md section 2)
+        self.img_emb = ImageEmbedding(c.image_dim, c.dim, c.image_pos_len) if c.image_dim else None
         pt, ph, pw = c.patch_size
         self.head = Head(c.dim, pt * ph * pw * c.out_dim, c.eps)
         self.cache = None  # a wan_core.cache.CacheSession while a cached sampling run is attached
@@ -119,26 +123,29 @@ class WanDiT(nn.Module):
             h = block(h, e0, text[i] if per_block else text, freqs, self.attention, i, attention_cache)
         return h
 
-    def forward(self, x: torch.Tensor, t, context) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, t, context, image_latent: torch.Tensor | None = None,
+                clip_tokens: torch.Tensor | None = None) -> torch.Tensor:
         """x ``[B, C, F, H, W]``, t scalar, ``[B]`` or per token ``[B, L]``, context ``[B, L, text_dim]`` or list
         -> v float32."""
         c = self.config
         b = x.shape[0]
-        grid = self.grid(x)
+        check_image_inputs(self, x, image_latent, clip_tokens)  # image-to-video inputs: docs/i2v.md section 2
+        x_in = x if image_latent is None else torch.cat([x, image_latent.to(x).expand(b, -1, -1, -1, -1)], dim=1)
+        grid = self.grid(x_in)
         cache = self.cache
         if cache is not None:
             reused = cache.reuse_output(self, x, t)
             if reused is not None:
                 return reused
         w = self.patch_embedding.weight
-        tokens = F.linear(patchify(x.to(w.dtype), c.patch_size), w.flatten(1), self.patch_embedding.bias)
+        tokens = F.linear(patchify(x_in.to(w.dtype), c.patch_size), w.flatten(1), self.patch_embedding.bias)
         h = tokens.float()  # residual stream [B, L, D], float32
         e, e0 = self.embed_time(t, b, tokens.shape[1])
         freqs = rope_frequencies(grid, c.rope_dims, c.rope_theta, device=x.device)
         if cache is None:
-            h = self.run_blocks(h, e0, self.embed_text(context, b), freqs)
+            h = self.run_blocks(h, e0, self.embed_context(context, b, clip_tokens), freqs)
         else:
-            h = cache.run_blocks(self, h, e, e0, context, freqs)
+            h = cache.run_blocks(self, h, e, e0, context, freqs, clip_tokens=clip_tokens)
         out = unpatchify(self.head(h, e), grid, c.patch_size, c.out_dim)
         if cache is not None:
             cache.record_output(self, x, out)

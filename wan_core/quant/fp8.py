@@ -30,7 +30,8 @@ _TINY = torch.finfo(torch.float32).tiny
 
 # Linear layers converted when a full-precision DiT is quantised on load: the ones inside the blocks.
 # Embeddings (patch/text/time), time projection, norms, modulation and the head stay high precision.
-BLOCK_LINEAR = re.compile(r"^blocks\.\d+\.(?:(?:self_attn|cross_attn)\.[qkvo]|ffn\.[02])$")
+# (k_img / v_img: the image cross-attention of Wan 2.1 I2V / FLF2V)
+BLOCK_LINEAR = re.compile(r"^blocks\.\d+\.(?:(?:self_attn|cross_attn)\.(?:[qkvo]|k_img|v_img)|ffn\.[02])$")
 
 _WARNED: set[str] = set()
 

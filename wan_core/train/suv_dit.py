@@ -75,11 +75,13 @@ class SUVWanDiT(WanDiT):
         fused = fusion(h.to(dtype), self._stack().pop().to(dtype)).to(h.dtype)
         return (fused, *args[1:]), kwargs
 
-    def forward(self, x: torch.Tensor, t, context) -> torch.Tensor:
-        """x ``[B, 16, F, H, W]``, t ``[B]`` or scalar on 0..1000, context ``[B, L, text_dim]`` or list -> v."""
+    def forward(self, x: torch.Tensor, t, context, image_latent: torch.Tensor | None = None,
+                clip_tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """x ``[B, 16, F, H, W]``, t ``[B]`` or scalar on 0..1000, context ``[B, L, text_dim]`` or list -> v
+        (``image_latent`` / ``clip_tokens``: as ``WanDiT.forward``, for image-to-video models)."""
         self._skip_stack = []
         try:
-            out = super().forward(x, t, context)
+            out = super().forward(x, t, context, image_latent=image_latent, clip_tokens=clip_tokens)
             if self._skip_stack:
                 raise RuntimeError(f"{len(self._skip_stack)} SUV skips were not consumed: the dense forward "
                                    "did not run every block once in order")
