@@ -43,6 +43,10 @@ _EXPORTS = {
     "AttentionOverride": "wan_core.attention.dispatch:AttentionOverride",
     "register_attention_backend": "wan_core.attention.dispatch:register_backend",
     "FP8Linear": "wan_core.quant.fp8:FP8Linear",
+    # LoRA (docs/lora.md)
+    "apply_lora": "wan_core.lora:apply_lora",
+    "remove_loras": "wan_core.lora:remove_loras",
+    "LoraError": "wan_core.lora:LoraError",
     # training (the loop itself is wan_core.train.train)
     "flow_matching_loss": "wan_core.train.loss:flow_matching_loss",
     "BucketSampler": "wan_core.train.bucket_sampler:BucketSampler",

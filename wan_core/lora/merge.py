@@ -1,0 +1,63 @@
+"""Merged LoRA: ``W += strength * scale * up @ down`` computed in float32 and cast back to the weight's dtype;
+fp8 weights (``FP8Linear``) are dequantised, merged and requantised with a new scale of the same granularity,
+so the model stays fp8 in memory (docs/lora.md section 2).
+
+``backup`` copies what a merge will overwrite (the weight; for fp8 also its scale) to the CPU once, so
+``restore`` can put the original bits back without reading the checkpoint again.
+"""
+from __future__ import annotations
+
+from typing import cast
+
+import torch
+import torch.nn as nn
+
+from ..quant.fp8 import FP8Linear, Granularity, quantize_weight
+from .match import Patch
+
+Backup = tuple[torch.Tensor, torch.Tensor | None]  # (parameter data, fp8 weight_scale or None), on the CPU
+
+
+def owner(model: nn.Module, param: str) -> tuple[nn.Module, str]:
+    """The module holding parameter ``param`` and the parameter's attribute name."""
+    module_name, _, leaf = param.rpartition(".")
+    return (model.get_submodule(module_name) if module_name else model), leaf
+
+
+def _cpu_copy(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("cpu", copy=True)
+
+
+def backup(model: nn.Module, param: str) -> Backup:
+    module, leaf = owner(model, param)
+    data = getattr(module, leaf).data
+    scale = module.weight_scale if isinstance(module, FP8Linear) and leaf == "weight" else None
+    return _cpu_copy(data), None if scale is None else _cpu_copy(scale)
+
+
+def restore(model: nn.Module, param: str, saved: Backup) -> None:
+    """Put the backed-up bits back into the parameter (in place: other references stay valid)."""
+    module, leaf = owner(model, param)
+    data, scale = saved
+    getattr(module, leaf).data.copy_(data)
+    if scale is not None:
+        cast(torch.Tensor, module.weight_scale).copy_(scale)
+
+
+def merge(model: nn.Module, param: str, changes: list[tuple[Patch, float]]) -> None:
+    """Add ``sum(strength * patch.delta)`` to ``param`` in place (float32 math, cast back; fp8 requantised)."""
+    module, leaf = owner(model, param)
+    p = getattr(module, leaf)
+    if isinstance(module, FP8Linear) and leaf == "weight":
+        w = module.dequantized_weight(torch.float32)
+        for patch, strength in changes:
+            w += strength * patch.delta(w.shape, w.device)
+        granularity: Granularity = "tensor" if module.weight_scale.dim() == 0 else "channel"
+        w8, scale = quantize_weight(w, granularity, scaled=True, fp8_dtype=p.dtype)
+        p.data.copy_(w8)
+        module.weight_scale.copy_(scale.reshape(module.weight_scale.shape))
+        return
+    w = p.data.to(torch.float32, copy=True)
+    for patch, strength in changes:
+        w += strength * patch.delta(w.shape, w.device)
+    p.data.copy_(w.to(p.dtype))
