@@ -164,13 +164,13 @@ def match_lora(lora: LoraFile, model: nn.Module) -> tuple[list[Patch], list[tupl
 def _refuse(lora: LoraFile, model: nn.Module, patches, missing) -> None:
     file = lora.name
     keys = lora.all_keys()
-    if not lora.layers:
-        raise LoraError(f"{file}: not a LoRA (no lora_A/lora_B, lora_down/lora_up or .diff tensors); it looks "
-                        f"like {describe_keys(keys)}")
     for marker, kind in OTHER_ADAPTERS.items():
         first = next((k for k in keys if marker in k), None)
         if first is not None and not patches:
             raise LoraError(f"{file}: a {kind} adapter, not a LoRA; {kind} is not supported (first key: {first})")
+    if not lora.layers:
+        raise LoraError(f"{file}: not a LoRA (no lora_A/lora_B, lora_down/lora_up or .diff tensors); it looks "
+                        f"like {describe_keys(keys)}")
     i2v = next(((k, n) for k, n in missing if is_i2v_layer(n)), None)
     if not patches:
         family = lora_family(keys)
