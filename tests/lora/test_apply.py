@@ -155,5 +155,6 @@ def test_i2v_layers_patch_an_i2v_model():
           "transformer.blocks.0.attn2.add_v_proj.lora_B.weight": torch.randn(64, 2, generator=g)}
     before = model.blocks[1].cross_attn.k_img.weight.detach().clone()
     applied = apply_lora(model, sd)
-    assert {p.param for p in applied.patches} == {"blocks.1.cross_attn.k_img.weight", "blocks.0.cross_attn.v_img.weight"}
+    patched = {p.param for p in applied.patches}
+    assert patched == {"blocks.1.cross_attn.k_img.weight", "blocks.0.cross_attn.v_img.weight"}
     assert not torch.equal(model.blocks[1].cross_attn.k_img.weight, before)

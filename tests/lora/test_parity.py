@@ -13,9 +13,9 @@ from .helpers import CFG, diffusers_file, kohya_file, official_file, random_lora
 
 LAYOUTS = {
     # name: (writer, what diffusers is given)
-    "official-lora_A": (lambda l: official_file(l), None),
-    "official-lora_down": (lambda l: official_file(l, "lora_down", "lora_up"), None),
-    "comfy-prefixed": (lambda l: official_file(l, prefix="model.diffusion_model."), "official-lora_A"),
+    "official-lora_A": (lambda lo: official_file(lo), None),
+    "official-lora_down": (lambda lo: official_file(lo, "lora_down", "lora_up"), None),
+    "comfy-prefixed": (lambda lo: official_file(lo, prefix="model.diffusion_model."), "official-lora_A"),
     "kohya": (kohya_file, None),
     "diffusers": (diffusers_file, None),
 }
@@ -96,8 +96,8 @@ def test_bias_deltas_match_diffusers(setup):
 
 def test_stacked_loras_match_diffusers(setup):
     a, b = random_lora(seed=4), random_lora(seed=5, rank=2, alpha=None)
-    expected = reference_output(setup, [(official_file(a), 0.5), (kohya_file(random_lora(seed=5, rank=2, alpha=2.0)), 0.0),
-                                        (diffusers_file(b), -0.8)])
+    unused = kohya_file(random_lora(seed=5, rank=2, alpha=2.0))  # diffusers at weight 0 = ours not applied
+    expected = reference_output(setup, [(official_file(a), 0.5), (unused, 0.0), (diffusers_file(b), -0.8)])
     model = ours(setup)
     apply_lora(model, official_file(a), strength=0.5)
     apply_lora(model, diffusers_file(b), strength=-0.8, merge=False)
