@@ -22,6 +22,8 @@ _EXPORTS = {
     "load_text_encoder": "wan_core.text.encoder:load_text_encoder",
     "TextEncoder": "wan_core.text.encoder:TextEncoder",
     "CheckpointError": "wan_core.checkpoint:CheckpointError",
+    "load_clip_vision": "wan_core.clip_vision:load_clip_vision",
+    "CLIPVisionEncoder": "wan_core.clip_vision:CLIPVisionEncoder",
     # configs
     "DiTConfig": "wan_core.config:DiTConfig",
     "TextEncoderConfig": "wan_core.config:TextEncoderConfig",
