@@ -202,7 +202,8 @@ def call_with_supported(fn: Callable, *args, dropped: set[str] | None = None, **
 
 def _v3_type(io, type_name: str):
     builtin = {"INT": io.Int, "FLOAT": io.Float, "STRING": io.String, "BOOLEAN": io.Boolean, "COMBO": io.Combo,
-               "LATENT": io.Latent, "IMAGE": io.Image, "MASK": io.Mask}
+               "LATENT": io.Latent, "IMAGE": io.Image, "MASK": io.Mask,
+               "MODEL": getattr(io, "Model", None), "CONDITIONING": getattr(io, "Conditioning", None)}
     return builtin.get(type_name) or io.Custom(type_name)
 
 

@@ -411,3 +411,65 @@ class on_device:
         if self.moved:
             self.model.to(offload_device())
             soft_empty_cache()
+
+
+# ---------------------------------------------------------------- ComfyUI's native MODEL (ModelPatcher) patches
+#
+# docs/native_patches.md. ``nodes/native.py`` holds the patches as plain Python; these functions put them on a
+# clone of the ModelPatcher (its ``model_options`` copied by ``clone()``), never on the input MODEL.
+
+NATIVE_WAN_MODULE = "comfy.ldm.wan"
+
+
+def native_wan_model(model, what: str) -> Any:
+    """The native Wan diffusion model (``comfy.ldm.wan...WanModel``) inside a MODEL; a one-line ValueError
+    naming the model's class for anything else."""
+    inner = getattr(getattr(model, "model", None), "diffusion_model", None)
+    if inner is None:
+        raise ValueError(f"{what}: expects a MODEL from ComfyUI's model loaders (a ModelPatcher), got "
+                         f"{type(model).__name__}")
+    cls = type(inner)
+    if not cls.__module__.startswith(NATIVE_WAN_MODULE) or not hasattr(inner, "blocks"):
+        raise ValueError(f"{what}: works on native Wan 2.1/2.2 models only; this MODEL is "
+                         f"{cls.__module__}.{cls.__name__}")
+    return inner
+
+
+def _transformer_options(patched) -> dict:
+    return patched.model_options.setdefault("transformer_options", {})
+
+
+def native_attention_patch(model, override, num_layers: int):
+    """A clone of ``model`` whose attention calls go through ``override`` (``optimized_attention_override``;
+    one already set by another patch is called for the calls ``override`` leaves dense) and whose blocks
+    reset the override's per-block call counter (``patches["double_block"]``)."""
+    patched = model.clone()
+    to = _transformer_options(patched)
+    previous = to.get("optimized_attention_override")
+    if previous is not None:
+        override.previous = previous
+    to["optimized_attention_override"] = override
+    patched.set_model_patch(override.after_block, "double_block")
+    return patched
+
+
+def native_cache_patch(model, cache, num_layers: int, show: Callable[[str], None] = show_text):
+    """A clone of ``model`` with the cache's wrappers (OUTER_SAMPLE, CALC_COND_BATCH, DIFFUSION_MODEL) and,
+    for the block-stack caches, a replace patch per block (chained to one already there)."""
+    from comfy.model_patcher import create_model_options_clone
+    from comfy.patcher_extension import WrappersMP
+
+    from . import native
+
+    patched = model.clone()
+    key = "wancore_cache"
+    patched.add_wrapper_with_key(WrappersMP.OUTER_SAMPLE, key,
+                                 native.sample_wrapper(cache, create_model_options_clone, show))
+    patched.add_wrapper_with_key(WrappersMP.CALC_COND_BATCH, key, native.calc_cond_batch_wrapper)
+    patched.add_wrapper_with_key(WrappersMP.DIFFUSION_MODEL, key, native.diffusion_model_wrapper)
+    if cache.uses_blocks:
+        replace = _transformer_options(patched).get("patches_replace", {}).get("dit", {})
+        for i in range(num_layers):
+            patched.set_model_patch_replace(native.block_patch(i, replace.get(("double_block", i))), "dit",
+                                            "double_block", i)
+    return patched
