@@ -61,8 +61,11 @@ DEMO = "wancore-demo (built-in)"  # nodes.models.DEMO_NAME: the packaged demo mo
 # Which input of which loader names a model file (the UI offers the download hint on these nodes).
 MODEL_FILE_INPUTS = {
     "WanCoreModelLoader": "model_name", "WanCoreVAELoader": "vae_name",
-    "WanCoreTextEncoderLoader": "text_encoder_name", "VAELoader": "vae_name",
+    "WanCoreTextEncoderLoader": "text_encoder_name", "VAELoader": "vae_name", "UNETLoader": "unet_name",
 }
+LORA = "wan2.1_t2v_1.3B_lora.safetensors"  # native_t2v_fast: stands for the user's LoRA file (models/loras)
+SAMPLERS = ("euler", "euler_ancestral", "heun", "dpmpp_2m", "dpmpp_2m_sde", "uni_pc", "uni_pc_bh2", "lcm")
+SCHEDULERS = ("simple", "sgm_uniform", "karras", "exponential", "ddim_uniform", "beta", "normal", "linear_quadratic")
 
 
 def model_hint(name: str) -> dict[str, str]:
@@ -112,6 +115,33 @@ def core_nodes() -> dict[str, CoreNode]:
             Input("format", "COMBO", default="auto", options=("auto", "mp4", "mkv", "webm")),
             Input("codec", "COMBO", default="auto", options=("auto", "h264", "av1")),
         ), (), api_extra=(("format.codec", "codec"),)),
+        # native_t2v_fast: ComfyUI's native Wan model path (nodes.py, comfy_extras/nodes_model_advanced.py)
+        CoreNode("UNETLoader", "Load Diffusion Model", (
+            Input("unet_name", "COMBO", options=(DIT_1_3B,)),
+            Input("weight_dtype", "COMBO", default="default",
+                  options=("default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2")),
+        ), (Output("MODEL", "MODEL"),)),
+        CoreNode("LoraLoaderModelOnly", "LoraLoaderModelOnly", (
+            Input("model", "MODEL"),
+            Input("lora_name", "COMBO", options=(LORA,)),
+            Input("strength_model", "FLOAT", default=1.0, min=-100.0, max=100.0, step=0.01),
+        ), (Output("MODEL", "MODEL"),)),
+        CoreNode("ModelSamplingSD3", "ModelSamplingSD3", (
+            Input("model", "MODEL"),
+            Input("shift", "FLOAT", default=3.0, min=0.0, max=100.0, step=0.01),
+        ), (Output("MODEL", "MODEL"),)),
+        CoreNode("KSampler", "KSampler", (
+            Input("model", "MODEL"),
+            Input("seed", "INT", default=0, min=0, max=0xffffffffffffffff, control_after_generate=True),
+            Input("steps", "INT", default=20, min=1, max=10000),
+            Input("cfg", "FLOAT", default=8.0, min=0.0, max=100.0, step=0.1),
+            Input("sampler_name", "COMBO", default="euler", options=SAMPLERS),
+            Input("scheduler", "COMBO", default="simple", options=SCHEDULERS),
+            Input("positive", "CONDITIONING"),
+            Input("negative", "CONDITIONING"),
+            Input("latent_image", "LATENT"),
+            Input("denoise", "FLOAT", default=1.0, min=0.0, max=1.0, step=0.01),
+        ), (Output("LATENT", "LATENT"),)),
     )}
 
 
@@ -224,7 +254,37 @@ def workflows() -> list[Workflow]:
         Node(7, "VAEDecode", {}, {"samples": (6, 0), "vae": (3, 0)}),
         *_output(7, "video/WanCore_native"),
     ])
-    return [basic, long_tiled, native, fast_workflow(), cached_workflow(), demo_workflow()]
+    return [basic, long_tiled, native, fast_workflow(), cached_workflow(), demo_workflow(), native_fast_workflow()]
+
+
+def native_fast_workflow() -> Workflow:
+    """ComfyUI's native Wan graph (UNETLoader, LoRA, ModelSamplingSD3, KSampler) with WanCore's patch nodes
+    (docs/native_patches.md) and WanCore's text encoder and VAE decode."""
+    return Workflow("native_t2v_fast", "## WanCore speed-ups on ComfyUI's native Wan model\n"
+                    "ComfyUI's *Load Diffusion Model* and *LoraLoaderModelOnly* (pick your LoRA; strength 0 or "
+                    "bypass it if you have none), then **WanCore Native Attention** (SageAttention-style 8-bit "
+                    "attention + skiparse osp13) and **WanCore Native Cache** (EasyCache): both return a patched "
+                    "copy of the MODEL, so they chain with other packs' patches. *ModelSamplingSD3* (shift 8) and "
+                    "the native *KSampler* (UniPC, 30 steps, cfg 6) sample; **WanCore Embeds to Conditioning** "
+                    "feeds it WanCore's umT5 embeddings. Skiparse and the cache approximate the dense model; the "
+                    "cache node reports the DiT evaluations it skipped when sampling ends. See "
+                    "docs/native_patches.md.\n" + _FILES_NOTE, [
+        Node(1, "UNETLoader", {"unet_name": DIT_1_3B, "weight_dtype": "default"}),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
+        Node(3, "WanCoreVAELoader", {"vae_name": VAE}),
+        _encode(PROMPT),
+        Node(5, "EmptyHunyuanLatentVideo", {"width": 832, "height": 480, "length": 81, "batch_size": 1}),
+        Node(6, "KSampler", {"seed": 42, "steps": 30, "cfg": 6.0, "sampler_name": "uni_pc", "scheduler": "simple",
+                             "denoise": 1.0},
+             {"model": (13, 0), "positive": (14, 0), "negative": (14, 1), "latent_image": (5, 0)}),
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, "video/WanCore_native_fast"),
+        Node(10, "LoraLoaderModelOnly", {"lora_name": LORA, "strength_model": 1.0}, {"model": (1, 0)}),
+        Node(11, "WanCoreNativeAttention", {"backend": "sage", "skiparse": "osp13", "k": 4}, {"model": (10, 0)}),
+        Node(12, "WanCoreNativeCache", {"method": "easycache"}, {"model": (11, 0)}),
+        Node(13, "ModelSamplingSD3", {"shift": 8.0}, {"model": (12, 0)}),
+        Node(14, "WanCoreEmbedsToConditioning", {"text_len": 512}, {"embeds": (4, 0)}),
+    ])
 
 
 def demo_workflow() -> Workflow:
