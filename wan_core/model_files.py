@@ -86,6 +86,11 @@ def _identify_vae(path: Path) -> ModelFile:
                          problem=f"not a Wan 2.1 VAE: it looks like {describe_keys(sd)}")
     if fmt == DIFFUSERS:
         sd = to_official(sd)
+    if "conv2.weight" in sd and sd.shape("conv2.weight")[0] == 48 or (
+            "encoder.conv1.weight" in sd and sd.shape("encoder.conv1.weight")[1] == 12):
+        # the folder search serves the Wan 2.1 pipeline; a Wan 2.2 VAE is passed by path (docs/wan22.md section 5)
+        return ModelFile(path, "vae", "Wan 2.2 VAE (48 latent channels)",
+                         problem="the Wan 2.2 VAE (48 latent channels, for the TI2V-5B DiT); pass it with --vae")
     cfg = detect_vae_config({k: tuple(sd.shape(k)) for k in sd if not is_quant_aux_key(k)}, str(path))
     return ModelFile(path, "vae", f"Wan 2.1 VAE ({cfg.z_dim} latent channels)")
 

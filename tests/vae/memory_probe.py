@@ -12,6 +12,7 @@ Prints one JSON line per case.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -25,7 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from wan_core.demo import random_vae_model  # noqa: E402
-from wan_core.vae import WAN21_VAE, WanVAE  # noqa: E402
+from wan_core.vae import WAN21_VAE, WAN22_VAE, WanVAE  # noqa: E402
 
 
 def random_vae(seed: int = 0, cfg=WAN21_VAE) -> WanVAE:
@@ -60,7 +61,7 @@ def measure(vae: WanVAE, case: str) -> dict:
     frames, height, width = parts[:3]
     tile = parts[3] if len(parts) > 3 else None
     overlap = parts[4] if len(parts) > 4 else 0
-    z = torch.randn(1, 16, frames, height, width, generator=torch.Generator().manual_seed(1))
+    z = torch.randn(1, vae.config.z_dim, frames, height, width, generator=torch.Generator().manual_seed(1))
     if full:
         def run():
             with torch.no_grad():
@@ -80,9 +81,15 @@ def measure(vae: WanVAE, case: str) -> dict:
             "peak_mib": (peak - out_bytes) / 2**20}
 
 
+# PROBE_VAE selects the network: "2.1" (default, real widths), "2.2" (the Wan 2.2 layout at 1/4 of its widths,
+# fast enough for the default suite) or "2.2-full" (the released Wan 2.2 widths)
+VAES = {"2.1": WAN21_VAE, "2.2-full": WAN22_VAE,
+        "2.2": dataclasses.replace(WAN22_VAE, base_dim=40, decoder_base_dim=64, name="wan2.2-quarter")}
+
+
 def main(argv: list[str]) -> None:
     torch.set_num_threads(int(os.environ.get("PROBE_THREADS", "1")))
-    vae = random_vae()
+    vae = random_vae(cfg=VAES[os.environ.get("PROBE_VAE", "2.1")])
     for case in argv:
         print(json.dumps(measure(vae, case)), flush=True)
 

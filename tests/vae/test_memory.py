@@ -19,8 +19,8 @@ PROBE = Path(__file__).with_name("memory_probe.py")
 LIMIT = 1.3
 
 
-def _probe(*cases: str, timeout: int = 900) -> dict[str, dict]:
-    env = dict(os.environ, PROBE_THREADS="1")
+def _probe(*cases: str, timeout: int = 900, vae: str = "2.1") -> dict[str, dict]:
+    env = dict(os.environ, PROBE_THREADS="1", PROBE_VAE=vae)
     proc = subprocess.run([sys.executable, str(PROBE), *cases], capture_output=True, text=True, timeout=timeout,
                           env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -61,3 +61,19 @@ def test_memory_flat_in_length_and_area_acceptance():
     cases = ("3:8:8", "21:8:8", "3:16:16:8:2", "full:3:8:8", "full:21:8:8")
     results = _probe(*cases)
     _check(results, "3:8:8", "21:8:8", "3:8:8", "3:16:16:8:2", "full:3:8:8", "full:21:8:8")
+
+
+def test_wan22_memory_flat_in_length_and_area_fast():
+    """The Wan 2.2 VAE (docs/wan22.md section 3) at 1/4 of its widths: 4x4 latents (64x64 px); 2 vs 6 latent
+    frames (5 vs 21 video frames, 3x); tiled 8x8 latents (2x2 tiles of 4x4, overlap 2; 4x the area) vs untiled."""
+    cases = ("2:4:4", "6:4:4", "2:8:8:4:2", "full:2:4:4", "full:6:4:4")
+    results = _probe(*cases, vae="2.2")
+    _check(results, "2:4:4", "6:4:4", "2:4:4", "2:8:8:4:2", "full:2:4:4", "full:6:4:4")
+
+
+@pytest.mark.slow
+def test_wan22_memory_flat_in_length_and_area_full_widths():
+    """The released Wan 2.2 widths (encoder 160, decoder 256 base): 3 vs 9 latent frames, tiled 8x8 vs 4x4."""
+    cases = ("3:4:4", "9:4:4", "3:8:8:4:2", "full:3:4:4", "full:9:4:4")
+    results = _probe(*cases, vae="2.2-full", timeout=1800)
+    _check(results, "3:4:4", "9:4:4", "3:4:4", "3:8:8:4:2", "full:3:4:4", "full:9:4:4")

@@ -76,10 +76,11 @@ def test_wan_dit_given_to_the_vae_loader():
         load_vae(sd)
 
 
-def test_wan22_vae_is_refused(official_sd):
+def test_mixed_latent_widths_are_refused(official_sd):
+    """A Wan 2.1 layout whose latent convs claim 48 channels (the Wan 2.2 VAE loads: tests/vae/test_wan22.py)."""
     sd = dict(official_sd)
     sd["conv2.weight"] = torch.zeros(48, 48, 1, 1, 1)
-    with pytest.raises(CheckpointError, match="Wan 2.2 VAE"):
+    with pytest.raises(CheckpointError, match=r"shape mismatch.*conv2\.bias: expected \[48\], found \[16\]"):
         load_vae(sd)
 
 

@@ -1,4 +1,4 @@
-"""VAE configuration: the Wan 2.1 preset, small test presets, and detection from a state dict.
+"""VAE configuration: the Wan 2.1 and 2.2 presets, small test presets, and detection from a state dict.
 
 Implements docs/wan_spec.md sections 1.2 and 3.3 (layer layout) as data; ``model.py`` builds from it.
 """
@@ -29,6 +29,10 @@ class VAEConfig:
     decoder_base_dim: int | None = None  # None: same as base_dim (Wan 2.1)
     in_channels: int = 3
     out_channels: int = 3
+    # Wan 2.2 (docs/wan22.md section 3): pixels are patchified p x p into channels before the encoder and after
+    # the decoder, and each stage adds a parameter-free shortcut (``residual.py``)
+    patch_size: int = 1
+    residual: bool = False
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self):
@@ -44,7 +48,7 @@ class VAEConfig:
 
     @property
     def spatial_factor(self) -> int:
-        return 2 ** (len(self.dim_mult) - 1)
+        return 2 ** (len(self.dim_mult) - 1) * self.patch_size
 
     @property
     def temporal_factor(self) -> int:
@@ -80,7 +84,14 @@ TINY_VAE = VAEConfig(base_dim=8, z_dim=16, dim_mult=(1, 2, 4, 4), num_res_blocks
 TINY_VAE_1RES = VAEConfig(base_dim=8, z_dim=4, dim_mult=(1, 2, 2, 2), num_res_blocks=1, name="tiny-1res")
 """One residual block per stage and 4 latent channels (exercises the index rules for other depths)."""
 
-PRESETS = {c.name: c for c in (WAN21_VAE, TINY_VAE, TINY_VAE_1RES)}
+WAN22_VAE = VAEConfig(base_dim=160, decoder_base_dim=256, z_dim=48, patch_size=2, residual=True, name="wan2.2")
+"""The released Wan 2.2 VAE (``Wan2.2_VAE.pth``, Wan2.2 wan/modules/vae2_2.py lines 863-873 and 888-899):
+704,688,668 parameters, 196 tensors; 4 x 16 x 16 compression to 48 channels."""
+
+TINY_VAE22 = VAEConfig(base_dim=8, decoder_base_dim=12, z_dim=48, patch_size=2, residual=True, name="tiny-2.2")
+"""Wan 2.2 layout and compression (48 channels) at 1/20 of the width (for tests)."""
+
+PRESETS = {c.name: c for c in (WAN21_VAE, TINY_VAE, TINY_VAE_1RES, WAN22_VAE, TINY_VAE22)}
 
 
 def _index_groups(keys, prefix: str) -> dict[int, set[str]]:
@@ -94,10 +105,49 @@ def _index_groups(keys, prefix: str) -> dict[int, set[str]]:
     return groups
 
 
+def _detect_wan22(shapes: Mapping[str, tuple[int, ...]], source: str, z_dim: int, base_dim: int, in_channels: int,
+                  out_channels: int) -> VAEConfig:
+    """The Wan 2.2 layout: ``encoder.downsamples.<stage>.downsamples.<j>`` (docs/wan22.md section 3)."""
+    stages = sorted(_index_groups(shapes, "encoder.downsamples"))
+    if stages != list(range(len(stages))):
+        raise CheckpointError(f"{source}: not a Wan 2.2 VAE: encoder.downsamples.* has gaps ({stages})")
+    dim_mult, temporal, blocks = [], [], set()
+    for i in stages:
+        layers = _index_groups(shapes, f"encoder.downsamples.{i}.downsamples")
+        res = [j for j, suffixes in layers.items() if "residual.2.weight" in suffixes]
+        blocks.add(len(res))
+        width = shapes[f"encoder.downsamples.{i}.downsamples.{max(res)}.residual.2.weight"][0] if res else 0
+        if not res or width % base_dim:
+            raise CheckpointError(f"{source}: not a Wan 2.2 VAE: encoder stage {i} has no residual block of a "
+                                  f"width that is a multiple of {base_dim}")
+        dim_mult.append(width // base_dim)
+        down = layers.get(len(res), set())
+        if i < len(stages) - 1:
+            temporal.append("time_conv.weight" in down)
+    if len(blocks) != 1:
+        raise CheckpointError(f"{source}: unequal residual blocks per encoder stage")
+    patch = int(round((in_channels / 3) ** 0.5))
+    if 3 * patch * patch != in_channels or out_channels != in_channels:
+        raise CheckpointError(f"{source}: Wan 2.2 VAE with {in_channels} input / {out_channels} output channels; "
+                              f"expected 3 x p x p (12 for the released VAE)")
+    dec_width = shape_of(shapes, "decoder.head.0.gamma", source)[0]
+    cfg = VAEConfig(base_dim=base_dim, z_dim=z_dim, dim_mult=tuple(dim_mult), num_res_blocks=blocks.pop(),
+                    temporal_downsample=tuple(temporal), decoder_base_dim=dec_width // dim_mult[0],
+                    patch_size=patch, residual=True)
+    return next((preset for preset in PRESETS.values() if preset == cfg), cfg)
+
+
+def shape_of(shapes: Mapping[str, tuple[int, ...]], key: str, source: str) -> tuple[int, ...]:
+    if key not in shapes:
+        raise CheckpointError(f"{source}: not a Wan VAE: tensor {key!r} is missing")
+    return tuple(shapes[key])
+
+
 def detect_vae_config(shapes: Mapping[str, tuple[int, ...]], source: str = "<state dict>") -> VAEConfig:
     """Infer a :class:`VAEConfig` from official-named tensor shapes (``{key: shape}``).
 
-    Raises :class:`CheckpointError` naming what is missing or unsupported (e.g. the Wan 2.2 VAE).
+    Both layouts: Wan 2.1 (``encoder.downsamples.<i>`` flat) and Wan 2.2 (stages with their own ``downsamples``).
+    Raises :class:`CheckpointError` naming what is missing or unsupported.
     """
     def shape(key: str) -> tuple[int, ...]:
         if key not in shapes:
@@ -106,11 +156,8 @@ def detect_vae_config(shapes: Mapping[str, tuple[int, ...]], source: str = "<sta
 
     z_dim = shape("conv2.weight")[0]
     base_dim, in_channels = shape("encoder.conv1.weight")[:2]
-    if z_dim == 48 or in_channels == 12:
-        raise CheckpointError(
-            f"{source}: this is the Wan 2.2 VAE (48 latent channels, patchified input); only the Wan 2.1 VAE "
-            f"(16 latent channels, used by Wan 2.1 and Wan 2.2 14B) is supported"
-        )
+    if any(k.startswith("encoder.downsamples.0.downsamples.") for k in shapes):
+        return _detect_wan22(shapes, source, z_dim, base_dim, in_channels, shape("decoder.head.2.weight")[0])
     out_channels = shape("decoder.head.2.weight")[0]
 
     groups = _index_groups(shapes, "encoder.downsamples")

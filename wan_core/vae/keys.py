@@ -1,4 +1,4 @@
-"""Wan VAE parameter names: official (= ComfyUI) <-> diffusers ``AutoencoderKLWan``, by rules.
+"""Wan VAE parameter names: official (= ComfyUI) <-> diffusers ``AutoencoderKLWan``, by rules (Wan 2.1 and 2.2).
 
 Implements docs/wan_spec.md section 5.3; the rules reproduce ``tests/vae/data/wan_vae_keymap_official_to_diffusers.tsv``
 exactly (tested). ComfyUI files use the official names, optionally prefixed ``vae.`` / ``first_stage_model.``.
@@ -90,6 +90,55 @@ def official_to_diffusers(key: str, num_res_blocks: int = 2) -> str | None:
     return None
 
 
+# Wan 2.2 VAE (docs/wan22.md section 3): stages hold their own lists, official
+# ``encoder.downsamples.<i>.downsamples.<j>`` / ``decoder.upsamples.<i>.upsamples.<j>`` <-> diffusers
+# ``encoder.down_blocks.<i>.resnets.<j>`` (+ ``.downsampler``) / ``decoder.up_blocks.<i>.resnets.<j>``
+# (+ ``.upsampler``)
+_STAGE22 = {"encoder": ("downsamples", "down_blocks", "downsampler"),
+            "decoder": ("upsamples", "up_blocks", "upsampler")}
+
+
+def is_wan22_layout(keys: Iterable[str]) -> bool:
+    """True for Wan 2.2 VAE names, official or diffusers (stage-nested encoder lists)."""
+    pat = re.compile(r"encoder\.(downsamples\.\d+\.downsamples|down_blocks\.\d+\.resnets)\.")
+    return any(pat.match(k) for k in keys)
+
+
+def official22_to_diffusers(key: str, num_res_blocks: int = 2) -> str | None:
+    """diffusers ``AutoencoderKLWan(is_residual=True)`` name of an official Wan 2.2 VAE parameter (None if not one)."""
+    top, _, rest = key.partition(".")
+    if top in _STAGE22:
+        own, blocks, resample = _STAGE22[top]
+        m = re.match(rf"{own}\.(\d+)\.{own}\.(\d+)\.(.+)$", rest)
+        if m:
+            i, j, tail = int(m.group(1)), int(m.group(2)), m.group(3)
+            per_stage = num_res_blocks + (1 if top == "decoder" else 0)
+            if j == per_stage:
+                return f"{top}.{blocks}.{i}.{resample}.{tail}"
+            return f"{top}.{blocks}.{i}.resnets.{j}.{_swap_head(tail, _RES_TO_DIFFUSERS)}"
+        if rest.startswith(own + "."):
+            return None
+    return official_to_diffusers(key, num_res_blocks)
+
+
+def diffusers22_to_official(key: str, num_res_blocks: int = 2) -> str | None:
+    """Official name of a diffusers ``AutoencoderKLWan(is_residual=True)`` (Wan 2.2) parameter (None if not one)."""
+    top, _, rest = key.partition(".")
+    if top in _STAGE22:
+        own, blocks, resample = _STAGE22[top]
+        per_stage = num_res_blocks + (1 if top == "decoder" else 0)
+        m = re.match(rf"{blocks}\.(\d+)\.resnets\.(\d+)\.(.+)$", rest)
+        if m:
+            tail = _swap_head(m.group(3), _RES_TO_OFFICIAL)
+            return f"{top}.{own}.{m.group(1)}.{own}.{m.group(2)}.{tail}"
+        m = re.match(rf"{blocks}\.(\d+)\.{resample}\.(.+)$", rest)
+        if m:
+            return f"{top}.{own}.{m.group(1)}.{own}.{per_stage}.{m.group(2)}"
+        if rest.startswith(blocks + "."):
+            return None
+    return diffusers_to_official(key, num_res_blocks)
+
+
 def detect_key_format(keys: Iterable[str]) -> str | None:
     """``"official"`` (also ComfyUI), ``"diffusers"``, or None when the keys are not a Wan 2.1 VAE's."""
     keys = list(keys)
@@ -109,4 +158,6 @@ def diffusers_num_res_blocks(keys: Iterable[str]) -> int:
 def to_official(sd: LazyStateDict) -> LazyStateDict:
     """A view of a diffusers-named VAE state dict under official names (unknown keys keep their name)."""
     nrb = diffusers_num_res_blocks(sd)
+    if is_wan22_layout(sd):  # decoder stages hold num_res_blocks + 1 resnets as in 2.1
+        return sd.rename(lambda k: diffusers22_to_official(k, nrb) or k)
     return sd.rename(lambda k: diffusers_to_official(k, nrb) or k)

@@ -1,4 +1,5 @@
-"""The Wan 2.1 video VAE network: encoder, decoder and the latent 1x1x1 convs ``conv1`` / ``conv2``.
+"""The Wan video VAE network: encoder, decoder and the latent 1x1x1 convs ``conv1`` / ``conv2`` (Wan 2.1; Wan 2.2
+with ``config.residual``: docs/wan22.md section 3, layers in residual.py).
 
 Implements docs/wan_spec.md section 3.3 (layout, official parameter names) on top of blocks.py / resample.py.
 Every forward takes ``state``: None = whole sequence (the full-sequence form of section 3.2), a TemporalState = one
@@ -16,6 +17,7 @@ from .blocks import AttentionBlock, ResidualBlock, RMSNorm, norm_silu_conv
 from .causal_conv import CausalConv3d, TemporalState
 from .config import VAEConfig
 from .resample import Resample
+from .residual import build_decoder_layers, build_encoder_layers, conv_in, patchify, unpatchify
 
 
 def _middle(dim: int) -> nn.ModuleList:
@@ -116,6 +118,34 @@ class Decoder(nn.Module):
         return run_steps(self.steps(), x, state, piece_frames)
 
 
+class Encoder22(Encoder):
+    """Wan 2.2 encoder (docs/wan22.md section 3): patchified ``x`` [B, 3*p*p, T, H, W] -> [B, 2*z_dim, T', H/8,
+    W/8]; stages with parameter-free shortcuts (``residual.DownStage``), same middle and head as Wan 2.1."""
+
+    def __init__(self, cfg: VAEConfig):
+        nn.Module.__init__(self)
+        dims = cfg.encoder_dims
+        self.conv1 = conv_in(cfg, dims[0])
+        self.downsamples = build_encoder_layers(cfg)
+        self.middle = _middle(dims[-1])
+        self.head = _head(dims[-1], 2 * cfg.z_dim)
+
+
+class Decoder22(Decoder):
+    """Wan 2.2 decoder: ``z`` [B, z_dim, T', H', W'] -> [B, 3*p*p, T, 8H', 8W'] (patchified, not clamped)."""
+
+    def __init__(self, cfg: VAEConfig):
+        nn.Module.__init__(self)
+        dims = cfg.decoder_dims
+        self.conv1 = CausalConv3d(cfg.z_dim, dims[0], 3, padding=1)
+        self.middle = _middle(dims[0])
+        self.upsamples = build_decoder_layers(cfg)
+        self.head = _head(dims[-1], cfg.out_channels * cfg.patch_size ** 2)
+
+    def steps(self) -> list:
+        return [self.conv1, *self.middle, *self.upsamples, self.head]
+
+
 class WanVAEModel(nn.Module):
     """Encoder + ``conv1`` (2z -> 2z) and ``conv2`` (z -> z) + decoder, with official parameter names.
 
@@ -126,10 +156,10 @@ class WanVAEModel(nn.Module):
     def __init__(self, cfg: VAEConfig):
         super().__init__()
         self.config = cfg
-        self.encoder = Encoder(cfg)
+        self.encoder = Encoder22(cfg) if cfg.residual else Encoder(cfg)
         self.conv1 = CausalConv3d(2 * cfg.z_dim, 2 * cfg.z_dim, 1)
         self.conv2 = CausalConv3d(cfg.z_dim, cfg.z_dim, 1)
-        self.decoder = Decoder(cfg)
+        self.decoder = Decoder22(cfg) if cfg.residual else Decoder(cfg)
 
     def encode_chunk(self, x: torch.Tensor, state: TemporalState | None = None,
                      piece_frames: int | None = 1) -> torch.Tensor:
@@ -139,7 +169,7 @@ class WanVAEModel(nn.Module):
         (frame 0 alone, then 4 frames per chunk -> 1 latent frame each), run ``piece_frames`` frames at a
         time through the layers (``run_steps``; None: the chunk as a whole).
         """
-        h = self.encoder(x, state, piece_frames)
+        h = self.encoder(patchify(x, self.config.patch_size), state, piece_frames)
         z = self.config.z_dim
         bias = self.conv1.bias
         return F.conv3d(h, self.conv1.weight[:z], None if bias is None else bias[:z])
@@ -153,7 +183,8 @@ class WanVAEModel(nn.Module):
         ``piece_frames`` at a time (None: together).
         """
         # contiguous: the full-resolution layers may run channels-last (Resample.channels_last)
-        return self.decoder(self.conv2(z), state, piece_frames).clamp_(-1.0, 1.0).contiguous()
+        out = unpatchify(self.decoder(self.conv2(z), state, piece_frames), self.config.patch_size)
+        return out.clamp_(-1.0, 1.0).contiguous()
 
     def encode_full(self, x: torch.Tensor) -> torch.Tensor:
         """Whole-sequence encode (the reference form of docs/wan_spec.md section 3.2; memory grows with T)."""

@@ -44,7 +44,8 @@ class Resample(nn.Module):
     With ``state`` the input is one time chunk of a stream; results equal the whole-sequence ones.
     """
 
-    def __init__(self, dim: int, mode: str):
+    def __init__(self, dim: int, mode: str, out_dim: int | None = None):
+        """``out_dim``: width of an upsampling conv (None: ``dim // 2`` as in Wan 2.1; Wan 2.2 keeps ``dim``)."""
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"unknown resample mode {mode!r}; expected one of {MODES}")
@@ -53,7 +54,7 @@ class Resample(nn.Module):
         # channels-last, which oneDNN convolves without reordered copies of input and output
         self.channels_last = False
         if mode.startswith("up"):
-            conv = _FrameConv(dim, dim // 2, 3, padding=1)
+            conv = _FrameConv(dim, dim // 2 if out_dim is None else out_dim, 3, padding=1)
         else:
             conv = _FrameConv(dim, dim, 3, stride=2)
         # index 0 (upsample / zero pad) holds no parameters: keeps the official key `resample.1`
