@@ -17,6 +17,7 @@ from .estimate import nearest_valid
 from .numerics import check_finite
 from .progress import InterruptFn, ProgressFn, StepCallback
 from .cache import start_session
+from .i2v import ImageCondition, check_image_model, check_image_request, image_condition
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, Convention, ScheduleConfig,
                        Solver, build_schedule, initial_latent, make_noise, sample)
 
@@ -112,11 +113,14 @@ def source_name(model, what: str) -> str:
 
 
 def dit_channels(dit) -> tuple[int, int] | None:
-    """(input, output) latent channels of a DiT (its ``config.in_dim`` / ``out_dim``), None if unknown."""
+    """(input, output) latent channels of a DiT (its ``config.in_dim`` / ``out_dim``), None if unknown. The image
+    conditioning channels of an image-to-video model (4 mask + the latent's, docs/i2v.md section 2) are not
+    counted: Wan 2.1 I2V (36 in, 16 out) -> (16, 16)."""
     cfg = getattr(dit, "config", None)
     if cfg is None or not hasattr(cfg, "in_dim"):
         return None
-    return int(cfg.in_dim), int(getattr(cfg, "out_dim", cfg.in_dim))
+    cin, cout = int(cfg.in_dim), int(getattr(cfg, "out_dim", cfg.in_dim))
+    return (cout if cin == 2 * cout + 4 else cin), cout
 
 
 def check_models(dit=None, vae=None, text_encoder=None) -> None:
@@ -197,10 +201,11 @@ class WanPipeline:
     ``vae`` a ``WanVAE``, ``text_encoder`` a ``TextEncoder``.
     """
 
-    def __init__(self, dit=None, vae=None, text_encoder=None):
+    def __init__(self, dit=None, vae=None, text_encoder=None, clip_vision=None):
         self.dit = dit
         self.vae = vae
         self.text_encoder = text_encoder
+        self.clip_vision = clip_vision  # a CLIPVisionEncoder for Wan 2.1 image-to-video models, else None
         self.cache_report = None  # wan_core.cache.CacheReport of the last sample_latents call
 
     # ------------------------------------------------------------------ stages
@@ -216,10 +221,23 @@ class WanPipeline:
         uncond = [embs[-1]] * len(prompts) if need_negative else None
         return cond, uncond
 
-    def velocity_model(self) -> Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]:
+    def velocity_model(self, image: ImageCondition | None = None) -> Callable[[torch.Tensor, torch.Tensor, Any],
+                                                                                 torch.Tensor]:
+        """``(x, timestep, context) -> v``; with ``image`` the conditioning goes into every call (docs/i2v.md
+        section 4)."""
         dit = self.dit
         if dit is None:
             raise ValueError("this pipeline has no DiT")
+        if image is not None:
+            y = image.image_latent.to(dit.device, torch.float32)
+            clip = image.clip_tokens if getattr(dit.config, "image_dim", 0) else None
+            clip = clip.to(dit.device) if clip is not None else None
+
+            def image_fn(x: torch.Tensor, timestep: torch.Tensor, context) -> torch.Tensor:
+                return dit(x.to(dit.device), timestep.to(dit.device), context, image_latent=y,
+                           clip_tokens=clip).to(x.device, torch.float32)
+
+            return image_fn
 
         def model_fn(x: torch.Tensor, timestep: torch.Tensor, context) -> torch.Tensor:
             return dit(x.to(dit.device), timestep.to(dit.device), context).to(x.device, torch.float32)
@@ -236,6 +254,7 @@ class WanPipeline:
         interrupt: InterruptFn | None = None,
         step_hooks: Sequence[Any] = (),
         cache: Any = None,
+        image: ImageCondition | None = None,
     ) -> torch.Tensor:
         """Sample raw VAE latents ``[B, 16, F, H/8, W/8]``.
 
@@ -244,6 +263,8 @@ class WanPipeline:
         ``cache``: diffusion cache (``wan_core.cache``): None = "exact" (text K/V once per prompt, same output),
         a preset name ("off", "wan", "teacache", "magcache", "easycache") or a ``CacheConfig``; afterwards
         ``self.cache_report`` says what it computed and skipped.
+        ``image``: the conditioning of an image-to-video model (``wan_core.i2v.image_condition``), required by
+        those models and refused by the others.
         """
         check_models(self.dit, self.vae)
         check_embeddings(cond, "prompt embedding", self.dit)
@@ -252,6 +273,7 @@ class WanPipeline:
         schedule = build_schedule(cfg.schedule_config())
         session = start_session(cache, self.dit, schedule.num_steps, cfg.guidance)  # cache errors before any work
         shape = (len(cond),) + cfg.latent_shape[1:]
+        check_image_model(self.dit, image, shape, source_name(self.dit, "the diffusion model"))
         device = self.dit.device if self.dit is not None else torch.device("cpu")
         start = None
         if latent is not None:
@@ -265,7 +287,8 @@ class WanPipeline:
             raise ValueError(f"denoise={cfg.denoise} needs a start latent (encode a video first); "
                              f"use denoise=1 for text-to-video")
         x = initial_latent(noise, schedule, start)
-        guide = ClassifierFreeGuidance(self.velocity_model(), cond, uncond, cfg.guidance, batched=cfg.batched_cfg,
+        batched = cfg.batched_cfg or bool(getattr(self.dit, "wants_batched_cfg", False))  # CFG-parallel models
+        guide = ClassifierFreeGuidance(self.velocity_model(image), cond, uncond, cfg.guidance, batched=batched,
                                        cfg_cache=session.cfg_cache, branch_cache=session)
         hooks = list(step_hooks)
         attention = getattr(self.dit, "attention", None)
@@ -287,15 +310,39 @@ class WanPipeline:
         return self.vae.decode(z, tiling=tiling, tile=tile, overlap=overlap, progress=progress,
                                interrupt=interrupt)
 
+    def image_condition(self, image: torch.Tensor, cfg: GenerationConfig, last_image: torch.Tensor | None = None,
+                        tiling: str = "auto", progress: ProgressFn | None = None,
+                        interrupt: InterruptFn | None = None) -> ImageCondition:
+        """IMAGE ``[1, H, W, 3]`` (and the FLF2V last one) -> the conditioning for ``cfg``'s size
+        (docs/i2v.md section 4); the request is checked against the DiT before the VAE runs."""
+        if self.dit is not None:
+            check_image_request(self.dit, last_image is not None, self.clip_vision is not None,
+                                source_name(self.dit, "the diffusion model"))
+        if self.vae is None:
+            raise ValueError("image-to-video needs the VAE to encode the start image; load one")
+        use_clip = self.dit is None or bool(getattr(self.dit.config, "image_dim", 0))
+        return image_condition(self.vae, image, cfg.width, cfg.height, cfg.frames, last_image,
+                               self.clip_vision if use_clip else None, tiling=tiling, progress=progress,
+                               interrupt=interrupt)
+
     # ------------------------------------------------------------------ all together
     def __call__(self, cfg: GenerationConfig, callback: StepCallback | None = None,
                  decode_progress: ProgressFn | None = None,
-                 interrupt: InterruptFn | None = None, tiling: str = "auto") -> "GenerationResult":
-        """Generate: returns latents and the decoded video ``[B, 3, T, H, W]`` in [-1, 1]."""
+                 interrupt: InterruptFn | None = None, tiling: str = "auto", image: torch.Tensor | None = None,
+                 last_image: torch.Tensor | None = None) -> "GenerationResult":
+        """Generate: returns latents and the decoded video ``[B, 3, T, H, W]`` in [-1, 1]. ``image`` /
+        ``last_image``: IMAGE ``[1, H, W, 3]`` in [0, 1] for image-to-video models (docs/i2v.md)."""
         cfg.validate()
         check_models(self.dit, self.vae, self.text_encoder)  # before the text encoder runs
+        condition = None
+        if image is not None:
+            condition = self.image_condition(image, cfg, last_image, tiling=tiling, interrupt=interrupt)
+        elif last_image is not None:
+            raise ValueError("a last image needs a start image too")
+        else:
+            check_image_model(self.dit, None, name=source_name(self.dit, "the diffusion model"))
         cond, uncond = self.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=cfg.guidance != 1.0)
-        latents = self.sample_latents(cond, uncond, cfg, callback=callback, interrupt=interrupt)
+        latents = self.sample_latents(cond, uncond, cfg, callback=callback, interrupt=interrupt, image=condition)
         video = self.decode(latents, tiling=tiling, progress=decode_progress, interrupt=interrupt)
         return GenerationResult(latents=latents, video=video, config=cfg)
 

@@ -1,0 +1,108 @@
+"""Bodies of the parallel parity tests, run on every rank of a spawned gloo group (wan_core.parallel.launch).
+
+Each function returns ``{name: max abs error}`` against the single-process result, which every rank computes
+itself from the same seeded inputs (the reference is plain SDPA / skiparse / the unmodified DiT)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from wan_core.attention.skiparse import skiparse_attention
+from wan_core.config import DiTConfig
+from wan_core.parallel import ParallelConfig, build_groups, context_parallel, usp_attention
+from wan_core.parallel.groups import padded_length
+
+ATTN_LAYOUTS = {"ulysses2": ParallelConfig(ulysses=2), "ring2": ParallelConfig(ring=2),
+                "usp2x2": ParallelConfig(ulysses=2, ring=2)}
+DIT_LAYOUTS = {**ATTN_LAYOUTS, "cfg2": ParallelConfig(cfg=2), "cfg2_ulysses2": ParallelConfig(ulysses=2, cfg=2)}
+CFG = DiTConfig(dim=64, ffn_dim=128, num_heads=4, num_layers=2, text_dim=32, name="tiny-parallel")
+
+
+def _chunk(x: torch.Tensor, lp: int, sp: int, index: int) -> torch.Tensor:
+    c = lp // sp
+    return F.pad(x, (0, 0, 0, lp - x.shape[2]))[:, :, index * c:(index + 1) * c].contiguous()
+
+
+def attention(rank: int, world: int, names: tuple[str, ...] = tuple(ATTN_LAYOUTS)) -> dict[str, float]:
+    errors: dict[str, float] = {}
+    for name in names:
+        pc = ATTN_LAYOUTS[name]
+        g = build_groups(pc)
+        for dtype in (torch.float64, torch.float32):
+            for length in (16, 13):
+                for sparse in (None, (2, "single"), (2, "group")):
+                    gen = torch.Generator().manual_seed(length)
+                    q, k, v = (torch.randn(2, 4, length, 8, generator=gen, dtype=torch.float64).to(dtype)
+                               for _ in range(3))
+                    if sparse is None:
+                        ref = F.scaled_dot_product_attention(q, k, v)
+                    else:
+                        ref = skiparse_attention(q, k, v, sparse[0], sparse[1])
+                    mult = pc.sp * (sparse[0] ** 2 if sparse and pc.ring > 1 else 1)
+                    lp = padded_length(length, mult)
+                    local = [_chunk(t, lp, pc.sp, g.sp_rank) for t in (q, k, v)]
+                    out = usp_attention(*local, length=length, ulysses_group=g.ulysses_group,
+                                        ring_group=g.ring_group, sparse=sparse)
+                    want = _chunk(ref, lp, pc.sp, g.sp_rank)
+                    c = lp // pc.sp
+                    real = max(0, min(c, length - g.sp_rank * c))
+                    err = (out[:, :, :real].double() - want[:, :, :real].double()).abs().max().item() if real else 0.0
+                    tag = "" if sparse is None else f"_skiparse{sparse[1]}"
+                    errors[f"{name}_{str(dtype)[6:]}_L{length}{tag}"] = err
+    return errors
+
+
+def tiny_dit(cfg: DiTConfig = CFG):
+    from wan_core.dit.model import WanDiT
+
+    torch.manual_seed(0)
+    model = WanDiT(cfg).eval()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (p[0].numel() ** -0.5 if p.dim() > 1 else 0.2))
+    return model
+
+
+def dit_inputs(batch: int):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(batch, 16, 5, 2, 6, generator=g)  # patch grid (5, 1, 3): 15 tokens, divisible by neither 2 nor 4
+    t = torch.tensor([900.0, 300.0][:batch])
+    ctx = [torch.randn(7 - i, CFG.text_dim, generator=g) for i in range(batch)]
+    return x, t, ctx
+
+
+def dit(rank: int, world: int, names: tuple[str, ...] = tuple(DIT_LAYOUTS)) -> dict[str, float]:
+    model = tiny_dit()
+    errors = {}
+    with torch.no_grad():
+        for name in names:
+            par = context_parallel(model, build_groups(DIT_LAYOUTS[name]))
+            x, t, ctx = dit_inputs(2)
+            errors[f"dit_{name}"] = (par(x, t, ctx) - model(x, t, ctx)).abs().max().item()
+    return errors
+
+
+def sampling(rank: int, world: int, names: tuple[str, ...] = ("usp2x2", "cfg2_ulysses2")) -> dict[str, float]:
+    from wan_core.pipeline import GenerationConfig, WanPipeline
+
+    model = tiny_dit()
+    x, t, ctx = dit_inputs(2)
+    cfg = GenerationConfig(width=48, height=32, frames=9, steps=3, guidance=5.0, seed=3)
+    with torch.inference_mode():
+        ref = WanPipeline(dit=model).sample_latents([ctx[0]], [ctx[1]], cfg)
+        errors = {}
+        for name in names:
+            par = context_parallel(model, build_groups(DIT_LAYOUTS[name]))
+            out = WanPipeline(dit=par).sample_latents([ctx[0]], [ctx[1]], cfg)
+            errors[f"sampling_{name}"] = (out - ref).abs().max().item()
+    return errors
+
+
+
+def everything(rank: int, world: int, layouts: tuple[str, ...], sampled: tuple[str, ...]) -> dict[str, float]:
+    """Attention, DiT and sampling checks for the named layouts, in one spawned group (startup dominates)."""
+    out = attention(rank, world, tuple(n for n in layouts if n in ATTN_LAYOUTS))
+    out.update(dit(rank, world, layouts))
+    out.update(sampling(rank, world, sampled))
+    return out
