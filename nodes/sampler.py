@@ -9,6 +9,7 @@ from typing import cast
 import torch
 
 from wan_core import latent_format
+from wan_core.lora import activate_loras
 from wan_core.pipeline import GenerationConfig, WanPipeline, check_embeddings, check_latent, check_models
 from wan_core.sampling import SOLVER_NAMES, Convention, Solver
 
@@ -49,6 +50,7 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, gu
         raise ValueError("denoise < 1 needs a latent to start from (e.g. from WanCore VAE Encode), not an empty one")
     callback, bar = host.progress_callback(steps, "sampling", preview=_preview)
     with host.on_device(model) as dit, torch.inference_mode(), bar:
+        activate_loras(dit)  # the LoRA stack this model output carries (WanCoreLoRA), onto the shared weights
         pipe = WanPipeline(dit=dit)
         device = dit.device
         out = pipe.sample_latents([c.to(device) for c in cond],
