@@ -1,6 +1,7 @@
 """Wan 2.1 I2V / FLF2V DiT (docs/i2v.md section 2): parity with diffusers' WanTransformer3DModel with image
 embeddings (fp32, rel. 1e-4) loaded from official, ComfyUI-prefixed and diffusers files; full-size key sets on the
-meta device against tests/dit/data/wan_dit_{i2v,flf2v}_14b_diffusers_keys.txt; the image-input errors."""
+meta device against tests/dit/data/wan_dit_i2v_14b_diffusers_keys.txt and
+tests/dit/data/wan_dit_flf2v_14b_diffusers_keys.txt; the image-input errors."""
 from __future__ import annotations
 
 import re
