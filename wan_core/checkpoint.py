@@ -101,13 +101,36 @@ class _SafetensorsReader:
         except Exception as e:  # SafetensorError has no stable import path across versions
             raise CheckpointError(_describe_read_failure(path, e)) from e
         self.metadata = self._f.metadata() or {}
+        self._offsets: dict[str, tuple[int, int]] | None = None  # name -> (start, end) in the file
 
     def keys(self):
         return list(self._f.keys())
 
+    def _read_offsets(self) -> dict[str, tuple[int, int]]:
+        with open(self.path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        return {k: (8 + n + v["data_offsets"][0], 8 + n + v["data_offsets"][1])
+                for k, v in header.items() if k != "__metadata__"}
+
     def get(self, name: str) -> torch.Tensor:
+        """The tensor read with plain file reads into its own buffer (docs/memory.md, streaming load): unlike
+        reading through the memory map, no page of the file stays in the process's resident memory."""
         try:
-            return self._f.get_tensor(name)
+            if self._offsets is None:
+                self._offsets = self._read_offsets()
+            start, end = self._offsets[name]
+            buf = torch.empty(end - start, dtype=torch.uint8)
+            with open(self.path, "rb", buffering=0) as f:
+                f.seek(start)
+                view = buf.numpy().data  # a memoryview over the tensor's bytes
+                done = 0
+                while done < len(view):
+                    got = f.readinto(view[done:])
+                    if not got:
+                        raise EOFError(f"file ends {end - start - done} bytes early")
+                    done += got
+            return buf.view(self.dtype(name)).reshape(self.shape(name))
         except Exception as e:
             raise CheckpointError(f"{self.path}: cannot read tensor {name!r} ({e}); the file may be truncated") from e
 

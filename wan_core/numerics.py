@@ -32,8 +32,8 @@ def nonfinite_count(t: torch.Tensor) -> int:
     One sum over ``t`` when every value is finite (no temporary tensor); the exact count only otherwise.
     Synchronises with the device (returns a Python int).
     """
-    if t.numel() == 0 or not (t.is_floating_point() or t.is_complex()):
-        return 0
+    if t.numel() == 0 or t.is_meta or not (t.is_floating_point() or t.is_complex()):
+        return 0  # meta tensors (shape-only loads, docs/memory.md) have no values
     low = _FP8_NAN_BITS.get(t.dtype)
     if low is not None:
         if int(t.view(torch.int8).amax()) < low and int(t.view(torch.uint8).amax()) < 0x80 | low:

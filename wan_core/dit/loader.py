@@ -27,6 +27,7 @@ from ..checkpoint import (
     weight_scale_key,
 )
 from ..config import DiTConfig, detect_dit_config
+from ..memory.streaming import releasing_progress
 from ..numerics import nonfinite_count
 from ..quant.fp8 import GEMM_MODES, GRANULARITIES, FP8Linear, Gemm, Granularity, is_block_linear, quantize_weight
 from .keys import DIT_PREFIXES, detect_naming, diffusers_to_official
@@ -256,6 +257,7 @@ def load_dit(
     Returns the model in eval mode on ``device``; the options used are ``model.load_options``.
     """
     _refuse_other_forms(attention, unknown)
+    progress = releasing_progress(progress)  # freed per-tensor buffers go back: peak RAM ~ model (docs/memory.md)
     opts = ModelOptions(
         attention=attention, attention_overrides=tuple(attention_overrides), skiparse=skiparse,
         skiparse_k=skiparse_k, skiparse_ks=None if skiparse_ks is None else tuple(skiparse_ks),

@@ -27,6 +27,7 @@ Granularity = Literal["tensor", "channel"]  # mirrors GRANULARITIES
 FP8_E4M3 = torch.float8_e4m3fn
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 _TINY = torch.finfo(torch.float32).tiny
+_QUANT_CHUNK = 1 << 22  # float32 elements per quantisation chunk
 
 # Linear layers converted when a full-precision DiT is quantised on load: the ones inside the blocks.
 # Embeddings (patch/text/time), time projection, norms, modulation and the head stay high precision.
@@ -56,15 +57,19 @@ def quantize_weight(w: torch.Tensor, granularity: Granularity = "tensor", scaled
     if granularity not in GRANULARITIES:
         raise ValueError(f"fp8 granularity must be one of {GRANULARITIES}, got {granularity!r}")
     fmax = FP8_MAX[fp8_dtype]
-    wf = w.float()
     if not scaled:
-        return wf.clamp(-fmax, fmax).to(fp8_dtype), torch.ones((), device=w.device)
-    if granularity == "tensor":
-        scale = (wf.abs().amax() / fmax).clamp_min(_TINY)
-        w8 = (wf / scale).clamp_(-fmax, fmax).to(fp8_dtype)
-    else:
-        scale = (wf.abs().amax(dim=1) / fmax).clamp_min(_TINY)
-        w8 = (wf / scale[:, None]).clamp_(-fmax, fmax).to(fp8_dtype)
+        scale = torch.ones((), device=w.device)
+    else:  # max |w| without a temporary copy of w (the streaming load's peak RAM, docs/memory.md)
+        lo, hi = torch.aminmax(w) if granularity == "tensor" else torch.aminmax(w, dim=1)
+        scale = (torch.maximum(lo.abs(), hi.abs()).float() / fmax).clamp_min(_TINY)
+    # row chunks of ~16 MB in float32: the same elementwise results as the whole tensor at once
+    w8 = torch.empty(w.shape, dtype=fp8_dtype, device=w.device)
+    rows = max(1, _QUANT_CHUNK // max(1, w[0].numel()))
+    for r in range(0, w.shape[0], rows):
+        part = w[r:r + rows].to(torch.float32, copy=True)
+        if scaled:
+            part.div_(scale if scale.dim() == 0 else scale[r:r + rows, None])
+        w8[r:r + rows] = part.clamp_(-fmax, fmax)
     return w8, scale.float()
 
 
