@@ -91,6 +91,13 @@ class ContextParallelMixin:
     def run_blocks(self, h: torch.Tensor, e0: torch.Tensor, text, freqs: torch.Tensor, attention_cache=None,
                    *args, **kwargs) -> torch.Tensor:
         """``h [B, L, D]`` (replicated on every rank) -> ``[B, L, D]`` (replicated), computed in parallel."""
+        driver = getattr(self, "parallel_driver", None)
+        if driver is not None:  # rank 0 of a worker pool: the workers mirror this run
+            driver.publish(h, e0, text, freqs, attention_cache, args, kwargs)
+            return driver.pool.guard(lambda: self._run_parallel(h, e0, text, freqs, None, args, kwargs))
+        return self._run_parallel(h, e0, text, freqs, attention_cache, args, kwargs)
+
+    def _run_parallel(self, h, e0, text, freqs, attention_cache, args, kwargs) -> torch.Tensor:
         g = self.parallel_groups
         run = super().run_blocks  # type: ignore[misc]
         if g.cfg_group is not None and h.shape[0] % 2 == 0:

@@ -10,6 +10,7 @@ a pair are ``sp`` apart. The sequence is cut into ``sp`` contiguous chunks in se
 """
 from __future__ import annotations
 
+import datetime
 import math
 from dataclasses import dataclass
 
@@ -98,10 +99,11 @@ def layout(config: ParallelConfig, rank: int) -> tuple[int, int, int, int]:
     return rank // (u * r * c), rank // (u * r) % c, rank // u % r, rank % u
 
 
-def build_groups(config: ParallelConfig, world_size: int | None = None, rank: int | None = None) -> ParallelGroups:
+def build_groups(config: ParallelConfig, world_size: int | None = None, rank: int | None = None,
+                 timeout_s: float | None = None) -> ParallelGroups:
     """Create every group of the layout (collective: all ranks of the default group call it, in the same
     order) and return this rank's. ``world_size`` must be a multiple of ``config.world_size``; extra factors
-    are independent replicas doing the same work."""
+    are independent replicas doing the same work. ``timeout_s``: collective timeout of the new groups."""
     world = dist.get_world_size() if world_size is None else world_size
     me = dist.get_rank() if rank is None else rank
     if world % config.world_size:
@@ -112,7 +114,8 @@ def build_groups(config: ParallelConfig, world_size: int | None = None, rank: in
     mine: dict[str, dist.ProcessGroup | None] = {"ulysses": None, "ring": None, "sp": None, "cfg": None}
 
     def make(kind: str, ranks: list[int]) -> None:
-        g = dist.new_group(ranks)  # every rank calls new_group for every group
+        # every rank calls new_group for every group
+        g = dist.new_group(ranks, timeout=None if timeout_s is None else datetime.timedelta(seconds=timeout_s))
         if me in ranks:
             mine[kind] = g
 

@@ -1,0 +1,90 @@
+"""The ComfyUI worker pool on CPU: rank 0 is this process, one spawned worker loads the checkpoint itself.
+
+Two prompts through the pool equal the single-process runs; a worker killed mid-run gives a WorkerError within
+30 s, leaves no process behind and a new pool works afterwards."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+
+import wan_core
+from wan_core.parallel import ParallelConfig
+from wan_core.parallel.pool import WorkerError, WorkerPool, get_pool, shutdown_pools
+from wan_core.pipeline import GenerationConfig, WanPipeline
+
+CHECKS = Path(__file__).with_name("checks.py")
+
+
+def _checks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("parallel_checks", CHECKS)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cp") / "tiny_dit.safetensors"
+    save_file({k: v.contiguous() for k, v in _checks().tiny_dit().state_dict().items()}, str(path))
+    return path
+
+
+def _run(dit, seed: int, callback=None):
+    ctx = _checks().dit_inputs(2)[2]
+    cfg = GenerationConfig(width=48, height=32, frames=9, steps=3, guidance=5.0, seed=seed)
+    with torch.inference_mode():
+        return WanPipeline(dit=dit).sample_latents([ctx[0]], [ctx[1]], cfg, callback=callback)
+
+
+def test_pool_two_prompts_kill_and_restart(model_file):
+    dit = wan_core.load_dit(str(model_file))
+    refs = {seed: _run(dit, seed) for seed in (1, 2)}
+    pool = get_pool(dit, ParallelConfig(ulysses=2), ["cpu", "cpu"])
+    try:
+        assert get_pool(dit, ParallelConfig(ulysses=2), ["cpu", "cpu"]) is pool  # reused across prompts
+        for seed, ref in refs.items():  # two prompts on the same pool
+            assert (_run(pool.model, seed) - ref).abs().max().item() <= 1e-4
+        worker = pool.procs[0]
+        killed_at = []
+
+        def kill(step, total, x, x0):
+            if step == 1 and not killed_at:
+                os.kill(worker.pid, signal.SIGKILL)
+                killed_at.append(time.monotonic())
+
+        with pytest.raises(WorkerError, match=r"worker .*rank 1.*pool was shut down"):
+            _run(pool.model, 1, callback=kill)
+        assert time.monotonic() - killed_at[0] < 30
+        assert pool.closed and not worker.is_alive() and not dist.is_initialized()
+        assert not [p for p in __import__("multiprocessing").active_children() if p.name.startswith("wancore-cp")]
+        with pytest.raises(WorkerError, match="shut down"):
+            _run(pool.model, 1)
+        # a fresh pool (here Ring instead of Ulysses: a resize) works afterwards
+        pool2 = get_pool(dit, ParallelConfig(ring=2), ["cpu", "cpu"])
+        assert pool2 is not pool
+        assert (_run(pool2.model, 2) - refs[2]).abs().max().item() <= 1e-4
+        procs = pool2.procs
+    finally:
+        shutdown_pools()
+    assert not any(p.is_alive() for p in procs) and not dist.is_initialized()
+
+
+def test_pool_refuses_bad_layouts(model_file):
+    dit = wan_core.load_dit(str(model_file))
+    heads = dit.config.num_heads
+    with pytest.raises(ValueError, match=f"ulysses=3 does not divide the model's {heads} attention heads"):
+        WorkerPool(dit, ParallelConfig(ulysses=3), ["cpu"] * 3)
+    with pytest.raises(ValueError, match="2 processes but 3 devices"):
+        WorkerPool(dit, ParallelConfig(ulysses=2), ["cpu"] * 3)
+    with pytest.raises(ValueError, match="loaded from a file"):
+        WorkerPool(_checks().tiny_dit(), ParallelConfig(ulysses=2), ["cpu"] * 2)
