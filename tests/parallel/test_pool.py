@@ -49,10 +49,22 @@ def _run(dit, seed: int, callback=None):
 def test_pool_two_prompts_kill_and_restart(model_file):
     dit = wan_core.load_dit(str(model_file))
     refs = {seed: _run(dit, seed) for seed in (1, 2)}
-    pool = get_pool(dit, ParallelConfig(ulysses=2), ["cpu", "cpu"])
+    from nodes import parallel as parallel_node
+    from nodes import sampler as sampler_node
+
+    assert parallel_node.validate_parallel(devices=2, ulysses=2) is True
+    (node_model,) = parallel_node.apply(dit, devices=2, ulysses=2, ring=1, cfg_parallel=False)  # starts the pool
     try:
-        assert get_pool(dit, ParallelConfig(ulysses=2), ["cpu", "cpu"]) is pool  # reused across prompts
-        for seed, ref in refs.items():  # two prompts on the same pool
+        pool = get_pool(dit, ParallelConfig(ulysses=2), ["cpu", "cpu"])
+        assert pool.model is node_model  # reused across prompts
+        ctx = _checks().dit_inputs(2)[2]
+        embeds = {"cond": [ctx[0]], "uncond": [ctx[1]]}
+        latent = {"samples": torch.zeros(1, 16, 3, 4, 6)}
+        args = dict(embeds=embeds, latent=latent, seed=4, steps=3, guidance=5.0)
+        (node_out,) = sampler_node.sample(node_model, **args)  # through the nodes
+        (node_ref,) = sampler_node.sample(dit, **args)
+        assert (node_out["samples"] - node_ref["samples"]).abs().max().item() <= 1e-4
+        for seed, ref in refs.items():  # two more prompts on the same pool
             assert (_run(pool.model, seed) - ref).abs().max().item() <= 1e-4
         worker = pool.procs[0]
         killed_at = []
@@ -86,5 +98,10 @@ def test_pool_refuses_bad_layouts(model_file):
         WorkerPool(dit, ParallelConfig(ulysses=3), ["cpu"] * 3)
     with pytest.raises(ValueError, match="2 processes but 3 devices"):
         WorkerPool(dit, ParallelConfig(ulysses=2), ["cpu"] * 3)
+    from nodes import parallel as parallel_node
+
+    assert "divides no Wan head count" in str(parallel_node.validate_parallel(devices=7, ulysses=7))
+    assert "4 processes but 2 devices" in str(parallel_node.validate_parallel(devices=2, ulysses=2, ring=2))
+    assert "2 processes but 1 devices" in str(parallel_node.validate_parallel(devices=1, ulysses=2))
     with pytest.raises(ValueError, match="loaded from a file"):
         WorkerPool(_checks().tiny_dit(), ParallelConfig(ulysses=2), ["cpu"] * 2)

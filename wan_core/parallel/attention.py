@@ -1,4 +1,4 @@
-"""Ulysses, Ring and USP self-attention on torch.distributed (spec: ../shared/docs/algorithms.md 2.1-2.3, 2.6, 2.7).
+"""Ulysses, Ring and USP self-attention on torch.distributed (docs/parallel.md sections 2-4).
 
 Layout is the dispatch's ``[B, N, S, d]``. Each rank of the sequence-parallel group holds a contiguous chunk of
 the (padded) sequence. Ulysses swaps the sequence split for a head split with one all-to-all (q, k, v fused)

@@ -1,4 +1,4 @@
-"""Process groups of context parallelism (docs/parallel.md; spec ../shared/docs/algorithms.md section 2.3).
+"""Process groups of context parallelism (docs/parallel.md section 1).
 
 Global rank layout (``world = cfg * ring * ulysses * replicas``)::
 

@@ -1,0 +1,92 @@
+"""Context-parallel node: WANCORE_MODEL -> WANCORE_MODEL running on several devices (docs/parallel.md).
+
+This ComfyUI process is rank 0 and keeps driving the sampler; one worker process per extra device loads the
+same checkpoint itself and mirrors every block-stack run (``wan_core.parallel.pool``). The pool is started
+here, reused by later prompts with the same settings and replaced when they change."""
+from __future__ import annotations
+
+import torch
+
+from wan_core.parallel import ParallelConfig, check_degrees
+from wan_core.parallel.pool import get_pool
+
+from . import host
+from .declare import Input, NodeSpec, Output
+
+
+HEAD_COUNTS = (12, 24, 40)  # Wan 2.1 1.3B, Wan 2.2 TI2V 5B, 14B
+
+
+def _device_list(devices: int) -> list[str]:
+    first = host.torch_device()
+    if first.type != "cuda":
+        return ["cpu"] * devices  # CPU processes with gloo: for tests, no speed-up
+    start = first.index or 0
+    return [f"cuda:{(start + i) % torch.cuda.device_count()}" for i in range(devices)]
+
+
+def _present() -> int | None:
+    return torch.cuda.device_count() if host.torch_device().type == "cuda" else None
+
+
+def validate_parallel(devices: int = 2, ulysses: int = 2, ring: int = 1, cfg_parallel: bool = False) -> bool | str:
+    """Pre-queue: degrees multiply to ``devices`` and that many GPUs exist (the head count is checked when the
+    model arrives, before any work)."""
+    problems = PARALLEL.range_problems(devices=devices, ulysses=ulysses, ring=ring)
+    if problems:
+        return "; ".join(problems)
+    if not any(h % ulysses == 0 for h in HEAD_COUNTS):
+        return (f"ulysses={ulysses} divides no Wan head count (12 for 1.3B, 24 for Wan 2.2 5B, 40 for 14B); "
+                f"valid: 1, 2, 3, 4, 5, 6, 8, 10, 12, 20, 24, 40 as the model allows")
+    try:
+        check_degrees(ParallelConfig(ulysses, ring, 2 if cfg_parallel else 1), devices, 120)  # lcm of the counts
+    except ValueError as e:
+        return str(e)
+    present = _present()
+    if present is not None and devices > present:
+        return f"devices={devices} but this machine has {present} GPU(s)"
+    return True
+
+
+def apply(model, devices: int = 2, ulysses: int = 2, ring: int = 1, cfg_parallel: bool = False):
+    config = ParallelConfig(ulysses, ring, 2 if cfg_parallel else 1)
+    check_degrees(config, devices, int(model.config.num_heads))
+    if devices == 1:
+        return (model,)
+    try:
+        from wan_core.lora.stack import wanted_loras
+    except ImportError:  # pragma: no cover - LoRA support absent
+        wanted_loras = None
+    if wanted_loras is not None and wanted_loras(model):
+        raise ValueError("context parallelism: the workers load the model file without LoRAs; connect the "
+                         "context-parallel node before any LoRA node is not enough either (not supported yet)")
+    present = _present()
+    if present is not None and devices > present:
+        raise ValueError(f"devices={devices} but this machine has {present} GPU(s)")
+    pool = get_pool(model, config, _device_list(devices))
+    host.show_text(f"context parallel: {config.describe()} on {devices} processes")
+    return (pool.model,)
+
+
+PARALLEL = NodeSpec(
+    node_id="WanCoreContextParallel", display_name="WanCore Context Parallel", category="WanCore/loaders",
+    description="Runs the model on several GPUs: the video tokens are split between them (Ulysses: heads "
+                "all-to-all, Ring: K/V passed around, both: USP) and optionally cond/uncond on different GPUs "
+                "(CFG-parallel). Exact: same video as one GPU. Extra GPUs get a worker process that loads the same "
+                "file; the sampler needs no change.",
+    inputs=(
+        Input("model", "WANCORE_MODEL"),
+        Input("devices", "INT", default=2, min=1, max=64, tooltip="GPUs to use (this one first)"),
+        Input("ulysses", "INT", default=2, min=1, max=64,
+              tooltip="all-to-all degree: must divide the head count (12 for 1.3B, 40 for 14B); fast links"),
+        Input("ring", "INT", default=1, min=1, max=64, tooltip="ring degree: K/V rotation, covers the rest"),
+        Input("cfg_parallel", "BOOLEAN", default=False,
+              tooltip="cond and uncond on different GPUs (needs guidance != 1; doubles the processes)"),
+    ),
+    outputs=(Output("WANCORE_MODEL", "model"),),
+    fn=apply,
+    validate=validate_parallel,
+    search_aliases=("multi gpu", "ulysses", "ring attention", "usp", "sequence parallel"),
+)
+
+NODES = (PARALLEL,)
