@@ -453,7 +453,7 @@ def native_attention_patch(model, override, num_layers: int):
     return patched
 
 
-def native_cache_patch(model, cache, num_layers: int, show: Callable[[str], None] = show_text):
+def native_cache_patch(model, cache, num_layers: int, show: Callable[[str], None] | None = None):
     """A clone of ``model`` with the cache's wrappers (OUTER_SAMPLE, CALC_COND_BATCH, DIFFUSION_MODEL) and,
     for the block-stack caches, a replace patch per block (chained to one already there)."""
     from comfy.model_patcher import create_model_options_clone
@@ -464,7 +464,8 @@ def native_cache_patch(model, cache, num_layers: int, show: Callable[[str], None
     patched = model.clone()
     key = "wancore_cache"
     patched.add_wrapper_with_key(WrappersMP.OUTER_SAMPLE, key,
-                                 native.sample_wrapper(cache, create_model_options_clone, show))
+                                 native.sample_wrapper(cache, create_model_options_clone,
+                                                       show or (lambda text: show_text(text))))
     patched.add_wrapper_with_key(WrappersMP.CALC_COND_BATCH, key, native.calc_cond_batch_wrapper)
     patched.add_wrapper_with_key(WrappersMP.DIFFUSION_MODEL, key, native.diffusion_model_wrapper)
     if cache.uses_blocks:

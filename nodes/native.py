@@ -305,7 +305,9 @@ class NativeCacheRun:
         pol = self.session.model_policy
         out_dim = int(getattr(getattr(executor, "class_obj", None), "out_dim", x.shape[1]))
         xo = x[:, :out_dim]  # I2V models take mask and image channels after the latent ones
-        if pol is not None and pol.skip(step, segs[0].branch, xo[segs[0].rows], [s.branch for s in segs]):
+        # the cond branch decides for the step, as in WanCore's sampler (ComfyUI batches uncond first)
+        lead = next((s for s in segs if s.branch == BRANCH_COND), segs[0])
+        if pol is not None and pol.skip(step, lead.branch, xo[lead.rows], [s.branch for s in segs]):
             for s in segs:
                 report.mark(step, s.branch, REUSED)
             return torch.cat([pol.reuse(s.branch, xo[s.rows]) for s in segs]).to(x.dtype)

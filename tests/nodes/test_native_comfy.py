@@ -1,0 +1,291 @@
+"""The native-MODEL patches on a real ComfyUI (docs/native_patches.md); skipped when ``comfy`` cannot be imported.
+
+Run it from a ComfyUI checkout's Python environment, with that checkout importable, e.g.::
+
+    PYTHONPATH=/path/to/ComfyUI python -m pytest tests/nodes/test_native_comfy.py
+
+ComfyUI's own Wan DiT (``comfy.sd.load_diffusion_model_state_dict``, the loader behind UNETLoader) is built from a
+tiny random state dict in official key names (head_dim 128 as ComfyUI's detection assumes; the text width set
+through the file metadata ComfyUI reads). Checked:
+
+* patched with ``sdpa``/``none`` it is bit-identical to unpatched (the node returns the input; the override with
+  those settings, forced on, also changes nothing); ``int8`` stays within the int8 tolerance
+  (docs/algorithms.md section 3.3); ``osp13`` equals WanCore's own DiT with ``osp13`` on the same weights
+  (<= 1e-4); the input MODEL's options are unchanged after patching;
+* the cache node through ComfyUI's sampler (``comfy.sample.sample``, KSampler's path): ``off`` is the input,
+  easycache / wan / magcache skip evaluations and report them, outputs stay finite;
+* the shipped ``native_t2v_fast`` API workflow through ``/prompt`` on a CPU-only ComfyUI server (slow).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def _import_comfy():
+    argv = sys.argv
+    try:
+        sys.argv = [argv[0], "--cpu"]
+        import comfy.options
+
+        comfy.options.enable_args_parsing()
+        import comfy.model_patcher  # noqa: F401
+        import comfy.sample  # noqa: F401
+        import comfy.sd  # noqa: F401
+        return comfy
+    except Exception:  # noqa: BLE001 - no (working) ComfyUI: the module is skipped
+        return None
+    finally:
+        sys.argv = argv
+
+
+comfy = _import_comfy()
+pytestmark = pytest.mark.skipif(comfy is None, reason="ComfyUI (comfy) is not importable")
+
+from nodes import native  # noqa: E402
+from wan_core.attention import AttentionDispatch, SkiparseSchedule  # noqa: E402
+from wan_core.dit.model import WanDiT  # noqa: E402
+
+from ..attention.helpers import CFG, cos_rel_l1, random_dit_state  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT_LEN = 512
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return random_dit_state(CFG, seed=3)
+
+
+def native_patcher(sd):
+    """ComfyUI's ModelPatcher around its own WanModel with ``sd`` (as UNETLoader loads a file)."""
+    meta = {"config": json.dumps({"transformer": {"text_dim": CFG.text_dim}})}
+    return comfy.sd.load_diffusion_model_state_dict({k: v.clone() for k, v in sd.items()}, metadata=meta)
+
+
+def inputs(seed=5, grid=(3, 6, 5)):
+    g = torch.Generator().manual_seed(seed)
+    f, h, w = grid
+    x = torch.randn(1, 16, f, 2 * h, 2 * w, generator=g)
+    ctx = torch.zeros(1, TEXT_LEN, CFG.text_dim)
+    ctx[:, :9] = torch.randn(1, 9, CFG.text_dim, generator=g)
+    return x, torch.tensor([700.0]), ctx
+
+
+def native_forward(patcher, x, t, ctx):
+    to = copy.copy(patcher.model_options.get("transformer_options", {}))
+    with torch.no_grad():
+        return patcher.model.diffusion_model(x, t, ctx, transformer_options=to).float()
+
+
+def test_model_class_is_comfys_wan(weights):
+    m = native_patcher(weights)
+    assert type(m.model.diffusion_model).__module__ == "comfy.ldm.wan.model"
+    assert len(m.model.diffusion_model.blocks) == CFG.num_layers
+
+
+def test_sdpa_none_is_bit_identical_and_the_input_is_untouched(weights):
+    m = native_patcher(weights)
+    before = copy.deepcopy(m.model_options)
+    x, t, ctx = inputs()
+    ref = native_forward(m, x, t, ctx)
+    assert native.patch_attention(m, "sdpa", "none")[0] is m
+    forced = comfy.model_patcher.ModelPatcher.clone(m)
+    forced.model_options["transformer_options"]["optimized_attention_override"] = native.NativeAttention()
+    assert torch.equal(native_forward(forced, x, t, ctx), ref)
+    patched = native.patch_attention(m, "int8", "osp13")[0]
+    assert patched is not m and m.model_options == before
+    assert "optimized_attention_override" not in m.model_options["transformer_options"]
+    assert torch.equal(native_forward(m, x, t, ctx), ref)
+
+
+def test_int8_is_within_the_int8_tolerance(weights):
+    m = native_patcher(weights)
+    x, t, ctx = inputs()
+    ref = native_forward(m, x, t, ctx)
+    out = native_forward(native.patch_attention(m, "int8", "none")[0], x, t, ctx)
+    cos, rel = cos_rel_l1(out, ref)
+    print(f"native int8 vs sdpa: cos {cos:.6f} rel-L1 {rel:.2e}")
+    assert not torch.equal(out, ref) and cos >= 0.998 and rel <= 5e-2
+
+
+@pytest.mark.parametrize("grid", [(3, 6, 5), (2, 4, 4)])
+def test_osp13_equals_wancores_own_dit(weights, grid):
+    x, t, ctx = inputs(grid=grid)
+    own_dense = WanDiT(CFG)
+    own_dense.load_state_dict(weights)
+    own = WanDiT(CFG, AttentionDispatch("sdpa", skiparse=SkiparseSchedule.osp13(CFG.num_layers, 4)))
+    own.load_state_dict(weights)
+    m = native_patcher(weights)
+    with torch.no_grad():
+        ref_dense, ref = own_dense(x, t, ctx), own(x, t, ctx)
+    dense = native_forward(m, x, t, ctx)
+    sparse = native_forward(native.patch_attention(m, "sdpa", "osp13", 4)[0], x, t, ctx)
+    print(f"grid {grid}: native vs WanCore dense {(dense - ref_dense).abs().max():.2e}, "
+          f"osp13 {(sparse - ref).abs().max():.2e}, osp13 vs dense {(ref - ref_dense).abs().max():.2e}")
+    assert (dense - ref_dense).abs().max().item() <= 1e-4
+    assert (sparse - ref).abs().max().item() <= 1e-4
+    assert (ref - ref_dense).abs().max().item() > 1e-3
+
+
+def test_non_wan_models_are_refused(weights):
+    m = native_patcher(weights)
+    other = m.clone()
+    other.model = copy.copy(m.model)
+    other.model.diffusion_model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match=r"Wan 2.1/2.2 models only; this MODEL is torch.nn.modules.linear.Linear"):
+        native.patch_cache(other, "easycache")
+
+
+# ---------------------------------------------------------------------------------------------- caches
+
+
+def sample(model, steps=10, cfg=5.0, seed=0):
+    x, _, ctx = inputs(grid=(2, 4, 4))
+    latent = torch.zeros(1, 16, 2, 8, 8)
+    noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(seed))
+    pos = [[ctx, {}]]
+    neg = [[torch.zeros_like(ctx), {}]]
+    return comfy.sample.sample(model, noise, steps, cfg, "uni_pc", "simple", pos, neg, latent, denoise=1.0,
+                               disable_pbar=True, seed=seed)
+
+
+def calibration_text(steps):
+    """A calibration of no particular model: MagCache ratios 0.99, TeaCache's polynomial the identity."""
+    from wan_core.cache import Calibration
+
+    ratios = (1.0,) + (0.99,) * (steps - 1)
+    return Calibration(model=None, steps=steps, mag_cond=ratios, mag_uncond=ratios,
+                       teacache={"e": (0.0, 0.0, 0.0, 1.0, 0.0)}).to_json()
+
+
+@pytest.mark.parametrize("method", ["easycache", "wan", "magcache", "teacache"])
+def test_cache_through_comfys_sampler(weights, method):
+    m = native_patcher(weights)
+    before = copy.deepcopy(m.model_options)
+    shown: list[str] = []
+    steps = 10
+    ref = sample(m, steps)
+    assert native.patch_cache(m, "off")[0] is m
+    # thresholds for this random model, whose output and time embedding change much more per step than a
+    # trained model's: what matters here is that the wrappers skip and report through ComfyUI's sampler
+    kwargs = {"threshold": {"easycache": 5.0, "teacache": 3.0}.get(method, 0.5)}
+    if method in ("magcache", "teacache"):
+        kwargs["calibration"] = calibration_text(steps)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native.host, "show_text", shown.append)
+        patched = native.patch_cache(m, method, **kwargs)[0]
+        out = sample(patched, steps)
+    assert m.model_options == before
+    assert len(shown) == 1 and shown[0].startswith(f"cache {method}: "), shown
+    computed, total = shown[0].split(": ")[1].split(" ")[0].split("/")
+    print(method, shown[0].replace("\n", " | "), f"max |out - uncached| {(out - ref).abs().max():.3f}")
+    assert int(total) == 2 * steps and int(computed) < int(total)
+    assert torch.isfinite(out).all()
+
+
+# ---------------------------------------------------------------------------------------------- /prompt
+
+
+def _tiny_models(root: Path) -> dict:
+    """Model files for the headless run: the built-in demo DiT as a native file (its text width in the metadata
+    ComfyUI reads), a tiny LoRA for it; the demo text encoder and VAE are the pack's built-ins."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from wan_core.demo import builtin_paths
+
+    with safe_open(str(builtin_paths()["dit"]), "pt") as f:
+        sd = {k: f.get_tensor(k) for k in f.keys()}
+    text_dim = sd["text_embedding.0.weight"].shape[1]
+    (root / "diffusion_models").mkdir(parents=True)
+    (root / "loras").mkdir()
+    save_file(sd, str(root / "diffusion_models" / "wancore_demo_native.safetensors"),
+              metadata={"config": json.dumps({"transformer": {"text_dim": text_dim}})})
+    w = sd["blocks.0.self_attn.q.weight"]
+    g = torch.Generator().manual_seed(0)
+    lora = {"diffusion_model.blocks.0.self_attn.q.lora_up.weight": 0.01 * torch.randn(w.shape[0], 4, generator=g),
+            "diffusion_model.blocks.0.self_attn.q.lora_down.weight": 0.01 * torch.randn(4, w.shape[1], generator=g)}
+    save_file(lora, str(root / "loras" / "tiny_lora.safetensors"))
+    return {"unet": "wancore_demo_native.safetensors", "lora": "tiny_lora.safetensors"}
+
+
+def _get(url: str, timeout: float = 10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.slow
+def test_native_workflow_runs_headless_through_prompt(tmp_path):
+    comfy_root = Path(comfy.__file__).resolve().parents[1]
+    base = tmp_path / "base"
+    names = _tiny_models(base / "models")
+    (base / "custom_nodes").mkdir()
+    os.symlink(ROOT, base / "custom_nodes" / "ComfyUI-WanCore")
+    api = json.loads((ROOT / "workflows" / "api" / "native_t2v_fast.json").read_text())
+    demo = "wancore-demo (built-in)"
+    for node in api.values():  # the tiny models and sizes; every patch node keeps its shipped settings
+        i, ct = node["inputs"], node["class_type"]
+        if ct == "UNETLoader":
+            i["unet_name"] = names["unet"]
+        elif ct == "LoraLoaderModelOnly":
+            i["lora_name"] = names["lora"]
+        elif ct in ("WanCoreTextEncoderLoader", "WanCoreVAELoader"):
+            i["text_encoder_name" if "Text" in ct else "vae_name"] = demo
+        elif ct == "WanCoreTextEncode":
+            i.update(positive="a blue square moving right", negative="")
+        elif ct == "WanCoreEmbedsToConditioning":
+            i["text_len"] = 32
+        elif ct == "EmptyHunyuanLatentVideo":
+            i.update(width=64, height=64, length=17)
+        elif ct == "KSampler":
+            i.update(steps=8, cfg=4.0)
+        elif ct == "ModelSamplingSD3":
+            i["shift"] = 3.0
+    port = 8189 + os.getpid() % 500
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port), "--disable-auto-launch",
+         "--disable-api-nodes", "--base-directory", str(base), "--output-directory", str(tmp_path / "out")],
+        cwd=comfy_root, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 240
+        while True:
+            try:
+                _get(url + "/system_stats", 2)
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                assert server.poll() is None and time.time() < deadline, (tmp_path / "server.log").read_text()[-3000:]
+                time.sleep(1)
+        body = json.dumps({"prompt": api, "client_id": "wancore-test"}).encode()
+        req = urllib.request.Request(url + "/prompt", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            prompt_id = json.loads(r.read())["prompt_id"]
+        while True:
+            hist = _get(f"{url}/history/{prompt_id}")
+            if prompt_id in hist and hist[prompt_id].get("status", {}).get("completed") is not None:
+                break
+            assert time.time() < deadline + 300, "prompt did not finish"
+            time.sleep(2)
+        status = hist[prompt_id]["status"]
+        text = (tmp_path / "server.log").read_text()
+        assert status["status_str"] == "success", (status, text[-4000:])
+        assert "IMPORT FAILED" not in text
+        assert "cache easycache: " in text, text[-4000:]
+        videos = list((tmp_path / "out").rglob("*.mp4"))
+        assert videos, list((tmp_path / "out").rglob("*"))
+        print([line for line in text.splitlines() if "cache easycache" in line or "WanCore Native" in line])
+    finally:
+        server.terminate()
+        server.wait(30)
+        log.close()
