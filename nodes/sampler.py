@@ -11,12 +11,14 @@ import torch
 from wan_core import latent_format
 from wan_core.lora import activate_loras
 from wan_core.pipeline import GenerationConfig, WanPipeline, check_embeddings, check_latent, check_models
-from wan_core.sampling import SOLVER_NAMES, Convention, Solver
+from wan_core.sampling import SOLVER_NAMES, Convention, Solver, distill_sigmas
 
 from . import host
 from .declare import Input, NodeSpec, Output
 
 SCHEDULES: dict[str, Convention] = {"official": "official", "comfyui": "comfyui"}
+# Step-distilled LoRAs (lightx2v): their own timesteps, 1000/steps apart before the shift (wan_core.sampling.distill)
+DISTILL = "lightx2v_distill"
 
 
 def _preview(x0: torch.Tensor):
@@ -29,15 +31,18 @@ def _preview(x0: torch.Tensor):
 
 def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, guidance: float = 5.0,
            shift: float = 5.0, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0,
-           cache=None):
+           cache=None, image_cond=None):
     check_models(model)
     # Values matter only when sampling starts from the latent (denoise < 1); otherwise only its shape is used.
     z = check_latent(latent.get("samples") if isinstance(latent, dict) else None, "latent", dit=model,
                      values=denoise < 1.0)
     b, _, t, h, w = z.shape
+    if schedule == DISTILL and denoise != 1.0:
+        raise ValueError("schedule lightx2v_distill starts from pure noise: set denoise to 1")
+    sigmas = tuple(distill_sigmas(steps, shift)) if schedule == DISTILL else None
     cfg = GenerationConfig(width=w * 8, height=h * 8, frames=(t - 1) * 4 + 1, steps=steps, guidance=guidance,
-                           shift=shift, solver=cast(Solver, solver), seed=seed, convention=SCHEDULES[schedule],
-                           denoise=denoise)
+                           shift=shift, solver=cast(Solver, solver), seed=seed, sigmas=sigmas, denoise=denoise,
+                           convention="custom" if sigmas else SCHEDULES[schedule])
     cfg.validate()  # the solver name came from a client: refused here unless it is one of SOLVER_NAMES
     cond = embeds["cond"] * b if len(embeds["cond"]) == 1 else embeds["cond"]
     uncond = embeds["uncond"] * b if len(embeds["uncond"]) == 1 else embeds["uncond"]
@@ -55,7 +60,8 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, gu
         device = dit.device
         out = pipe.sample_latents([c.to(device) for c in cond],
                                   [u.to(device) for u in uncond] if guidance != 1.0 else None, cfg,
-                                  latent=start, callback=callback, interrupt=_interrupt, cache=cache)
+                                  latent=start, callback=callback, interrupt=_interrupt, cache=cache,
+                                  image=image_cond)
     host.show_text(pipe.cache_report.text())  # "cache <method>: <computed>/<total> DiT evaluations" + details
     return ({"samples": out.to(host.intermediate_device()), "downscale_ratio_spacial": 8},)
 
@@ -81,11 +87,15 @@ SAMPLER = NodeSpec(
         Input("shift", "FLOAT", default=5.0, min=0.01, max=100.0, step=0.1,
               tooltip="time shift: official 5.0; 1.3B users often 8-12"),
         Input("solver", "COMBO", default="unipc", options=tuple(SOLVER_NAMES)),
-        Input("schedule", "COMBO", default="official", options=tuple(SCHEDULES),
-              tooltip="official: Wan's grid with integer timesteps; comfyui: ComfyUI's simple schedule"),
+        Input("schedule", "COMBO", default="official", options=(*SCHEDULES, DISTILL),
+              tooltip="official: Wan's grid with integer timesteps; comfyui: ComfyUI's simple schedule; "
+                      "lightx2v_distill: the step-distilled LoRAs' timesteps (4 steps: 1000/750/500/250 before "
+                      "the shift; use guidance 1, shift 5, euler)"),
         Input("denoise", "FLOAT", default=1.0, min=0.01, max=1.0, step=0.01),
         Input("cache", "WANCORE_CACHE", optional=True,
               tooltip="a WanCore Cache node (wan / teacache / magcache / easycache); unconnected = exact"),
+        Input("image_cond", "WANCORE_IMAGE_COND", optional=True,
+              tooltip="image-to-video: WanCore Image To Video (its latent output goes to latent)"),
     ),
     outputs=(Output("LATENT", "latent"),),
     fn=sample,

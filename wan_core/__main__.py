@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .estimate import SIZE_LIMITS
+from .parallel import cli as parallel_cli
 from .video_io import OUTPUT_KINDS
 
 DTYPES = ("bf16", "fp16", "fp32")  # torch dtypes by name; resolved in the command (torch loads lazily)
@@ -86,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                         help="DiT weight dtype (auto: bf16 on GPU, as stored on CPU)")
     models.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    models.add_argument("--lora", action="append", default=[], metavar="FILE[:STRENGTH]",
+                        help="a LoRA file for the DiT, strength 1 unless given (e.g. style.safetensors:0.8); "
+                             "repeat to stack several (docs/lora.md)")
+    models.add_argument("--lora-mode", choices=["merged", "unmerged"], default="merged",
+                        help="merged into the weights (fp8 requantised) or a run-time low-rank branch")
     fast = g.add_argument_group("acceleration (see README: faster sampling)")
     fast.add_argument("--attention", choices=["sdpa", "sage", "int8", "int8_fp8"], default="sdpa",
                       help="sage: SageAttention on CUDA (falls back with a warning); int8: the Sage algorithm in torch")
@@ -107,13 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shift", type=float, default=None,
                    help="time shift; 1.3B users often use 8-12 (default 5.0; demo 3.0)")
     s.add_argument("--solver", choices=list(SOLVERS), default="unipc", help="flow-matching solver")
-    s.add_argument("--convention", choices=["official", "comfyui", "dpm"], default="official",
-                   help="timestep convention: official (integer) or comfyui (float)")
+    s.add_argument("--convention", choices=["official", "comfyui", "dpm", "lightx2v_distill"], default="official",
+                   help="timestep convention: official (integer) or comfyui (float); lightx2v_distill: the "
+                        "step-distilled LoRAs' timesteps (4 steps: 1000/750/500/250 before the shift; use with "
+                        "--steps 4 --guidance 1 --shift 5 --solver euler)")
     s.add_argument("--seed", type=int, default=0, help="0 to 2^64-1 (as ComfyUI)")
     s.add_argument("--cfg-batched", action="store_true", help="cond+uncond as one batch (faster, more memory)")
     s.add_argument("--cache", choices=CACHES, default="exact",
                    help="diffusion cache: exact (same output), wan (~1.6-2x less DiT work), teacache, magcache, "
                         "easycache (~2-2.8x, approximate), off; see docs/caches.md")
+    parallel_cli.add_arguments(g)
     o = g.add_argument_group("output")
     o.add_argument("--fps", type=int, default=None, help="frames per second, 1 to 120 (default 16; demo 8)")
     o.add_argument("--tiling", choices=["auto", "on", "off"], default="auto", help="VAE decode tiling")
@@ -149,6 +158,11 @@ def check_args(args) -> list[str]:
     out = output_problem(args.out)
     if out:
         problems.append(f"--out {args.out!r}: {out}" if not str(args.out).strip() else f"--out {out}")
+    for spec in args.lora:
+        problem = lora_problem(spec)
+        if problem:
+            problems.append(problem)
+    problems += parallel_cli.problems(args)
     if args.gemm == "scaled_mm" and not args.weights:
         problems.append("--gemm scaled_mm needs fp8 weights: add --weights fp8_scaled (or fp8_e4m3fn)")
     given = [f"--{flag.replace('_', '-')}" for flag in ("dit", "vae", "text_encoder") if getattr(args, flag)]
@@ -162,6 +176,41 @@ def check_args(args) -> list[str]:
             if value and not Path(value).expanduser().exists():
                 problems.append(f"--{flag.replace('_', '-')} {value}: no such file or folder")
     return problems
+
+
+def parse_lora(spec: str) -> tuple[str, float]:
+    """``FILE[:STRENGTH]`` -> (file, strength); a tail after the last ':' that is not a number belongs to the
+    file name (e.g. a Windows drive letter)."""
+    path, sep, tail = spec.rpartition(":")
+    if sep and path:
+        try:
+            return path, float(tail)
+        except ValueError:
+            pass
+    return spec, 1.0
+
+
+def lora_problem(spec: str) -> str | None:
+    path, strength = parse_lora(spec)
+    if not math.isfinite(strength):
+        return f"--lora {spec}: the strength must be a finite number"
+    if not Path(path).expanduser().is_file():
+        return f"--lora {spec}: no such file {path!r}"
+    return None
+
+
+def apply_loras(args, dit) -> None:
+    """The --lora files on the DiT, in order, each with its strength; one line each on stderr (with unused keys)."""
+    import warnings
+
+    from .lora import LoraWarning, apply_lora
+
+    for spec in args.lora:
+        path, strength = parse_lora(spec)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LoraWarning)  # the summary line below names the unused keys
+            applied = apply_lora(dit, Path(path).expanduser(), strength=strength, merge=args.lora_mode == "merged")
+        print(f"wan_core: {applied.summary()}", file=sys.stderr)
 
 
 def _device(name: str):
@@ -298,6 +347,7 @@ def output_metadata(args, cfg, files: dict | None) -> dict:
             "guidance": args.guidance, "shift": args.shift, "solver": args.solver, "convention": args.convention,
             "width": args.width, "height": args.height, "frames": args.frames, "fps": args.fps,
             "attention": args.attention, "skiparse": args.skiparse, "weights": args.weights,
+            "loras": [f"{Path(p).name}:{w:g}" for p, w in map(parse_lora, args.lora)],
             "models": ({part: f.path.name for part, f in files.items()} if files else args.preset),
             "generator": f"ComfyUI-WanCore {__version__} (python -m wan_core)"}
     return meta
@@ -322,7 +372,7 @@ def cmd_generate(args) -> int:
     from tqdm.auto import tqdm
 
     from .pipeline import GenerationConfig, WanPipeline
-    from .sampling import DEFAULT_NEGATIVE_PROMPT
+    from .sampling import DEFAULT_NEGATIVE_PROMPT, distill_sigmas
     from .video_io import write_video
 
     cfg = GenerationConfig(
@@ -331,10 +381,12 @@ def cmd_generate(args) -> int:
         seed=args.seed, convention=args.convention, batched_cfg=args.cfg_batched,
     )
     try:
+        if args.convention == "lightx2v_distill":
+            cfg = cfg.replace(convention="custom", sigmas=tuple(distill_sigmas(args.steps, args.shift)))
         cfg.validate()
     except ValueError as e:
         raise UsageError(str(e)) from None
-    device = _device(args.device)
+    rank, device = parallel_cli.setup(_device(args.device))  # torchrun: join the group, one GPU per rank
     files = None
     if args.preset == "demo":
         files = demo_files()
@@ -346,17 +398,22 @@ def cmd_generate(args) -> int:
 
     t0 = time.perf_counter()
     dit, vae, te = load_models(args, device, files)
+    apply_loras(args, dit)
     if args.preset == "tiny-random":
         print("wan_core: preset tiny-random uses RANDOM weights: the output is noise (it exercises the chain).",
               file=sys.stderr)
-    pipe = WanPipeline(dit, vae, te)
+    pipe = WanPipeline(parallel_cli.wrap(dit, args), vae, te)
     with torch.inference_mode():
         cond, uncond = pipe.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=cfg.guidance != 1.0)
-        with tqdm(total=cfg.steps, desc="sampling", unit="step") as bar:
+        with tqdm(total=cfg.steps, desc="sampling", unit="step", disable=rank > 0) as bar:
             latents = pipe.sample_latents(cond, uncond, cfg, callback=lambda i, n, x, x0: bar.update(1),
                                           cache=args.cache)
         print(pipe.cache_report.line(), file=sys.stderr)  # "cache <preset>: <computed>/<total> DiT evaluations"
         video = pipe.decode(latents, tiling=args.tiling, progress=_tqdm_progress("decoding", "chunk", leave=True))
+    if not parallel_cli.is_writer():  # torchrun: only rank 0 writes the video
+        parallel_cli.finish()
+        return 0
+    parallel_cli.finish()
     negative = DEFAULT_NEGATIVE_PROMPT if cfg.negative_prompt is None else cfg.negative_prompt
     meta = output_metadata(args, cfg.replace(negative_prompt=negative), files)
     written = write_video(video[0], args.out, fps=args.fps, metadata=meta)

@@ -9,6 +9,7 @@ Implements docs/wan_spec.md section 6. Typical use (the pipeline does this)::
 """
 from .cfg import ClassifierFreeGuidance, check_guidance, combine_guidance, concat_contexts
 from .comfy_schedule import COMFY_SCHEDULERS, ComfyScheduler, comfy_flow_sigmas, comfy_flow_table
+from .distill import LIGHTX2V_SHIFT, LIGHTX2V_STEP_LIST, distill_sigmas, distill_step_list
 from .dpmpp import DPMPP2MSolver
 from .euler import EulerSolver
 from .flow import log_snr, noise_latent, x0_from_velocity
@@ -22,6 +23,7 @@ from .solver import SOLVER_NAMES, FlowSolver, Solver, SolverStep, make_solver
 from .unipc import UniPCSolver
 
 __all__ = [
+    "LIGHTX2V_SHIFT", "LIGHTX2V_STEP_LIST", "distill_sigmas", "distill_step_list",
     "BranchCache", "COMFY_SCHEDULERS", "CONVENTIONS", "ClassifierFreeGuidance", "ComfyScheduler", "Convention",
     "DEFAULT_NEGATIVE_PROMPT", "DPMPP2MSolver", "EulerSolver", "FlowSchedule", "FlowSolver", "GuidanceCache",
     "NUM_TRAIN_TIMESTEPS", "SOLVER_NAMES", "SamplingInterrupted", "ScheduleConfig", "Solver", "SolverStep",

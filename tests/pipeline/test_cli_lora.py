@@ -1,0 +1,71 @@
+"""``python -m wan_core generate --lora FILE[:STRENGTH]`` (repeatable) and ``--convention lightx2v_distill``: a
+4-step distilled run at guidance 1 on the tiny-random preset, end to end (docs/lora.md sections 4-5)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from wan_core.__main__ import parse_lora
+from wan_core.demo import tiny_random_models
+from wan_core.video_io import read_metadata
+
+from ..lora.helpers import kohya_file, official_file, random_lora
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "wan_core", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_parse_lora():
+    assert parse_lora("a.safetensors") == ("a.safetensors", 1.0)
+    assert parse_lora("dir/a.safetensors:0.6") == ("dir/a.safetensors", 0.6)
+    assert parse_lora("C:/loras/a.safetensors") == ("C:/loras/a.safetensors", 1.0)
+    assert parse_lora("x.safetensors:-1.5") == ("x.safetensors", -1.5)
+
+
+def test_distilled_run_with_two_loras(tmp_path):
+    pytest.importorskip("PIL")
+    cfg = tiny_random_models(seed=0)[0].config
+    style, distill = tmp_path / "style.safetensors", tmp_path / "distill.safetensors"
+    save_file(official_file(random_lora(cfg, seed=1)), style)
+    sd = kohya_file(random_lora(cfg, seed=2))
+    sd["lora_unet_blocks_0_not_a_layer.lora_down.weight"] = torch.zeros(2, 2)
+    save_file(sd, distill)
+    out = tmp_path / "frames"
+    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "a fox", "--out", str(out), "--frames", "5",
+                  "--steps", "4", "--guidance", "1", "--shift", "5", "--solver", "euler",
+                  "--convention", "lightx2v_distill", "--lora", f"{style}:0.7", "--lora", str(distill))
+    assert res.returncode == 0, res.stderr
+    assert "LoRA style.safetensors (official layout) at strength 0.7, merged: 20 parameters patched" in res.stderr
+    assert "LoRA distill.safetensors (kohya layout) at strength 1, merged: 20 parameters patched; 1 keys not used" \
+        in res.stderr
+    assert len(list(out.glob("*.png"))) == 5
+    meta = read_metadata(out)
+    assert meta["loras"] == ["style.safetensors:0.7", "distill.safetensors:1"]
+    assert meta["convention"] == "lightx2v_distill"
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("missing.safetensors:0.5", "--lora missing.safetensors:0.5: no such file 'missing.safetensors'"),
+    ("x.safetensors:nan", "the strength must be a finite number"),
+])
+def test_bad_lora_flag_is_one_line(tmp_path, flag, message):
+    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "a.webp"),
+                  "--lora", flag)
+    assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+@pytest.mark.slow  # the refusal itself is tested in tests/lora/test_errors.py; this is the CLI's one-line form
+def test_lora_for_another_model_is_one_line(tmp_path):
+    flux = tmp_path / "flux_detail.safetensors"
+    save_file({"diffusion_model.double_blocks.0.img_attn.qkv.lora_A.weight": torch.randn(2, 8),
+               "diffusion_model.double_blocks.0.img_attn.qkv.lora_B.weight": torch.randn(8, 2)}, flux)
+    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "a.webp"),
+                  "--lora", str(flux))
+    assert res.returncode != 0
+    assert "flux_detail.safetensors: a LoRA for Flux" in res.stderr and len(res.stderr.strip().splitlines()) == 1, \
+        res.stderr
