@@ -50,6 +50,7 @@ REPACKAGED_FILES = {
     "wan2.1_t2v_1.3B_fp16.safetensors": "diffusion_models",
     "wan2.1_t2v_1.3B_bf16.safetensors": "diffusion_models",
     "wan2.1_t2v_14B_fp8_scaled.safetensors": "diffusion_models",
+    "wan2.1_t2v_14B_fp8_e4m3fn.safetensors": "diffusion_models",  # t2v_distill
     "wan_2.1_vae.safetensors": "vae",
     "umt5_xxl_fp8_e4m3fn_scaled.safetensors": "text_encoders",
     "umt5_xxl_fp16.safetensors": "text_encoders",
@@ -64,6 +65,9 @@ MODEL_FILE_INPUTS = {
     "WanCoreTextEncoderLoader": "text_encoder_name", "VAELoader": "vae_name", "UNETLoader": "unet_name",
 }
 LORA = "wan2.1_t2v_1.3B_lora.safetensors"  # native_t2v_fast: stands for the user's LoRA file (models/loras)
+# t2v_distill: the 14B DiT and lightx2v's step/CFG-distilled LoRA as Kijai/WanVideo_comfy names it (models/loras)
+DIT_14B = "wan2.1_t2v_14B_fp8_e4m3fn.safetensors"
+LORA_DISTILL = "Wan21_T2V_14B_lightx2v_cfg_step_distill_lora_rank32.safetensors"
 SAMPLERS = ("euler", "euler_ancestral", "heun", "dpmpp_2m", "dpmpp_2m_sde", "uni_pc", "uni_pc_bh2", "lcm")
 SCHEDULERS = ("simple", "sgm_uniform", "karras", "exponential", "ddim_uniform", "beta", "normal", "linear_quadratic")
 
@@ -254,7 +258,8 @@ def workflows() -> list[Workflow]:
         Node(7, "VAEDecode", {}, {"samples": (6, 0), "vae": (3, 0)}),
         *_output(7, "video/WanCore_native"),
     ])
-    return [basic, long_tiled, native, fast_workflow(), cached_workflow(), demo_workflow(), native_fast_workflow()]
+    return [basic, long_tiled, native, distill_workflow(),
+            fast_workflow(), cached_workflow(), demo_workflow(), native_fast_workflow()]
 
 
 def native_fast_workflow() -> Workflow:
@@ -306,6 +311,27 @@ def demo_workflow() -> Workflow:
         Node(8, "CreateVideo", {"fps": 8.0}, {"images": (7, 0)}),
         Node(9, "SaveVideo", {"filename_prefix": "video/WanCore_demo", "format": "auto", "codec": "auto"},
              {"video": (8, 0)}),
+    ])
+
+
+def distill_workflow() -> Workflow:
+    """14B + lightx2v's step/CFG-distilled LoRA (WanCoreLoRA), 4 steps at guidance 1 on the distilled schedule."""
+    sampler = _sampler({"steps": 4, "guidance": 1.0, "shift": 5.0, "solver": "euler", "schedule": "lightx2v_distill"})
+    sampler.links["model"] = (10, 0)
+    return Workflow("t2v_distill", "## WanCore: 4-step text to video with a distilled LoRA\n"
+                    "The 14B DiT with lightx2v's step- and CFG-distilled LoRA (**WanCore LoRA**, strength 1, merged "
+                    "into the fp8 weights): 4 Euler steps at guidance 1 on the schedule the LoRA was trained for "
+                    "(*lightx2v_distill*: timesteps 1000, 750, 500, 250 before shift 5), about 10x fewer DiT "
+                    "evaluations than 30 steps with CFG. Put the LoRA (Kijai/WanVideo_comfy: "
+                    f"{LORA_DISTILL}) in models/loras; chain more WanCore LoRA nodes for style LoRAs. Changing a "
+                    "strength does not reload the model. See docs/lora.md.\n" + _FILES_NOTE, [
+        *_loaders({"model_name": DIT_14B}),
+        _encode(PROMPT),
+        Node(5, "WanCoreEmptyLatent", {"width": 832, "height": 480, "frames": 81, "batch_size": 1}),
+        sampler,
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, "video/WanCore_distill"),
+        Node(10, "WanCoreLoRA", {"lora_name": LORA_DISTILL, "strength": 1.0, "mode": "merged"}, {"model": (1, 0)}),
     ])
 
 

@@ -25,6 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
 NAMES = ("t2v_basic", "t2v_fast", "t2v_long_tiled", "t2v_native_mix", "t2v_cached", "t2v_demo", "native_t2v_fast")
+NAMES += ("t2v_distill",)  # WanCoreLoRA + the distilled 4-step schedule (docs/lora.md section 5)
 # Graphs on ComfyUI's native MODEL (UNETLoader, KSampler): run end to end by tests/nodes/test_native_comfy.py
 NATIVE_MODEL = ("native_t2v_fast",)
 # Core ComfyUI node ids the workflows may use (read from ComfyUI 0.33's nodes.py / comfy_extras).
@@ -143,6 +144,8 @@ def value_problems(node_type: str, inp, value, build) -> list[str]:
             folder = FOLDER_OF_INPUT[inp.name]
             ok = build.REPACKAGED_FILES.get(value) == folder or (value == build.DEMO and node_type != "VAELoader")
             return [] if ok else [f"{where}: not a repackaged Wan 2.1 file for models/{folder}"]
+        if (node_type, inp.name) == ("WanCoreLoRA", "lora_name"):  # the user's LoRA file in models/loras
+            return [] if value == build.LORA_DISTILL else [f"{where}: not the LoRA file the workflows name"]
         return [] if value in inp.choices() else [f"{where}: not one of {inp.choices()}"]
     if inp.min is not None and value < inp.min or inp.max is not None and value > inp.max:
         return [f"{where}: outside [{inp.min}, {inp.max}]"]
@@ -309,6 +312,22 @@ def _write_tiny_models(root: Path, names: dict[str, set[str]]) -> None:
             save_file(sd, str(root / folder / file_name))
 
 
+def _write_tiny_loras(root: Path) -> None:
+    """A random LoRA (kohya layout) for the tiny DiT under the name WanCoreLoRA nodes use (t2v_distill)."""
+    from safetensors.torch import save_file
+
+    from wan_core.config import DIT_PRESETS, TEXT_ENCODER_PRESETS
+
+    from ..lora.helpers import kohya_file, random_lora
+
+    cfg = DIT_PRESETS["tiny"].replace(text_dim=TEXT_ENCODER_PRESETS["tiny"].d_model, num_layers=6)
+    (root / "loras").mkdir(parents=True, exist_ok=True)
+    names = {n["inputs"]["lora_name"] for name in NAMES for n in load_api(name).values()
+             if n["class_type"] == "WanCoreLoRA"}
+    for file_name in names:
+        save_file(kohya_file(random_lora(cfg, seed=3)), str(root / "loras" / file_name))
+
+
 @pytest.fixture(scope="module")
 def tiny_models_dir(tmp_path_factory, build, pack):
     names: dict[str, set[str]] = {}
@@ -319,6 +338,7 @@ def tiny_models_dir(tmp_path_factory, build, pack):
                     names.setdefault(FOLDER_OF_INPUT[key], set()).add(value)
     root = tmp_path_factory.mktemp("models")
     _write_tiny_models(root, names)
+    _write_tiny_loras(root)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANCORE_MODELS_DIR", str(root))
         mp.setenv("WANCORE_QUIET", "1")
