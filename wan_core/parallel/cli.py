@@ -1,0 +1,107 @@
+"""``wan_core generate`` under torchrun: ``--ulysses U --ring R [--cfg-parallel]`` (docs/parallel.md section 7).
+
+Every rank runs the same command (text encoding, sampling, decoding) with the same seed; the DiT's block stack
+is split over the ranks, so every rank ends with the same latents. Only rank 0 prints progress and writes the
+video. Rendezvous (single or multi-node) is torchrun's own: ``torchrun --nproc-per-node N [--nnodes ...
+--rdzv-endpoint ...] -m wan_core generate ...``.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch is imported when the command runs, not when the parser is built
+    import torch
+
+    from .groups import ParallelConfig
+
+
+def add_arguments(parser: Any) -> None:
+    """The multi-GPU flags of ``generate`` (an argparse parser or argument group)."""
+    group = parser.add_argument_group("multi-GPU (run under torchrun; docs/parallel.md)")
+    group.add_argument("--ulysses", type=int, default=1,
+                       help="Ulysses degree: all-to-all over heads; must divide the head count (12: 1.3B, 40: 14B)")
+    group.add_argument("--ring", type=int, default=1, help="Ring attention degree (K/V passed around the ring)")
+    group.add_argument("--cfg-parallel", action="store_true",
+                       help="cond and uncond on different ranks (ulysses x ring x 2 processes)")
+
+
+def requested(args: Any) -> bool:
+    return getattr(args, "ulysses", 1) > 1 or getattr(args, "ring", 1) > 1 or getattr(args, "cfg_parallel", False)
+
+
+def config_of(args: Any) -> "ParallelConfig":
+    from .groups import ParallelConfig
+
+    return ParallelConfig(args.ulysses, args.ring, 2 if args.cfg_parallel else 1)
+
+
+def problems(args: Any) -> list[str]:
+    """Usage problems found before anything loads (degrees vs torchrun's WORLD_SIZE)."""
+    from .groups import check_degrees
+
+    try:
+        config = config_of(args)
+    except ValueError as e:
+        return [str(e)]
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1 and config.world_size > 1:
+        return [f"--ulysses/--ring/--cfg-parallel ({config.describe()}) need {config.world_size} processes: run "
+                f"torchrun --nproc-per-node {config.world_size} -m wan_core generate ..."]
+    if world > 1:
+        try:
+            check_degrees(config, world, 120)  # the head count is checked once the DiT is loaded
+        except ValueError as e:
+            return [str(e).replace("devices", "torchrun processes")]
+    return []
+
+
+def setup(device: "torch.device") -> tuple[int, "torch.device"]:
+    """Join torchrun's group when WORLD_SIZE > 1: (rank, this rank's device: cuda:LOCAL_RANK on GPUs)."""
+    import torch
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, device
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=datetime.timedelta(minutes=10))
+    rank = dist.get_rank()
+    if rank > 0:
+        os.environ["TQDM_DISABLE"] = "1"  # progress bars from rank 0 only
+    return rank, device
+
+
+def wrap(dit: Any, args: Any) -> Any:
+    """The context-parallel view of ``dit`` for this torchrun group (the DiT unchanged for one process)."""
+    import torch.distributed as dist
+
+    from .groups import build_groups, check_degrees
+
+    if not dist.is_initialized():
+        return dit
+    config = config_of(args)
+    world = dist.get_world_size()
+    check_degrees(config, world, int(dit.config.num_heads))
+    from .dit import context_parallel
+
+    return context_parallel(dit, build_groups(config))
+
+
+def is_writer() -> bool:
+    """Rank 0 (or no group): the process that prints and writes files."""
+    import torch.distributed as dist
+
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def finish() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
