@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ def cp():
     spec = importlib.util.spec_from_file_location("cp_model", PATH)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["cp_model"] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
