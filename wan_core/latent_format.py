@@ -1,5 +1,5 @@
-"""Wan 2.1 latent format: per-channel normalisation between raw VAE latents and the DiT's latent space,
-and the linear latent->RGB preview. The ONE place these constants live.
+"""Wan latent formats (Wan 2.1 VAE, 16 channels; Wan 2.2 VAE, 48): per-channel normalisation between raw VAE
+latents and the DiT's latent space, and the linear latent->RGB preview. The ONE place these constants live.
 
 Implements docs/wan_spec.md section 1.2 and docs/comfyui.md section 7.5 (values as in ComfyUI's ``Wan21`` latent format,
 so our LATENTs are interchangeable with ComfyUI's native ones: LATENT holds raw latents, the model sees normalised).
@@ -19,6 +19,27 @@ LATENTS_MEAN = (
 LATENTS_STD = (
     2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
     3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
+)
+
+# Wan 2.2 VAE (48 channels, 4 x 16 x 16 compression; TI2V-5B): Wan2.2 wan/modules/vae2_2.py lines 904-1012
+# (``Wan2_2_VAE.scale = [mean, 1 / std]``, the same per-channel normalisation as Wan 2.1). docs/wan22.md section 3
+WAN22_CHANNELS = 48
+WAN22_SPATIAL_FACTOR = 16
+WAN22_LATENTS_MEAN = (
+    -0.2289, -0.0052, -0.1323, -0.2339, -0.2799, 0.0174, 0.1838, 0.1557,
+    -0.1382, 0.0542, 0.2813, 0.0891, 0.157, -0.0098, 0.0375, -0.1825,
+    -0.2246, -0.1207, -0.0698, 0.5109, 0.2665, -0.2108, -0.2158, 0.2502,
+    -0.2055, -0.0322, 0.1109, 0.1567, -0.0729, 0.0899, -0.2799, -0.123,
+    -0.0313, -0.1649, 0.0117, 0.0723, -0.2839, -0.2083, -0.052, 0.3748,
+    0.0152, 0.1957, 0.1433, -0.2944, 0.3573, -0.0548, -0.1681, -0.0667,
+)
+WAN22_LATENTS_STD = (
+    0.4765, 1.0364, 0.4514, 1.1677, 0.5313, 0.499, 0.4818, 0.5013,
+    0.8158, 1.0344, 0.5894, 1.0901, 0.6885, 0.6165, 0.8454, 0.4978,
+    0.5759, 0.3523, 0.7135, 0.6804, 0.5833, 1.4146, 0.8986, 0.5659,
+    0.7069, 0.5338, 0.4889, 0.4917, 0.4069, 0.4999, 0.6866, 0.4093,
+    0.5709, 0.6065, 0.6415, 0.4944, 0.5726, 1.2042, 0.5458, 1.6887,
+    0.3971, 1.06, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744,
 )
 
 # Linear preview: rgb = z_model[c] @ factors + bias, then (rgb + 1) / 2 (ComfyUI's Wan21 latent_rgb_factors,
@@ -45,29 +66,37 @@ LATENT_RGB_BIAS = (-0.1835, -0.0868, -0.3360)
 
 
 def _stats(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    if z.dim() < 2 or z.shape[1] != CHANNELS:
-        raise ValueError(f"Wan 2.1 latents have {CHANNELS} channels in dim 1, got shape {list(z.shape)}")
-    view = (1, CHANNELS) + (1,) * (z.dim() - 2)
-    mean = torch.tensor(LATENTS_MEAN, dtype=z.dtype, device=z.device).view(view)
-    std = torch.tensor(LATENTS_STD, dtype=z.dtype, device=z.device).view(view)
+    """Per-channel mean and std for latents ``[B, C, ...]``: C = 16 (Wan 2.1 VAE) or 48 (Wan 2.2 VAE)."""
+    if z.dim() < 2 or z.shape[1] not in (CHANNELS, WAN22_CHANNELS):
+        raise ValueError(f"Wan latents have {CHANNELS} (Wan 2.1 VAE) or {WAN22_CHANNELS} (Wan 2.2 VAE) channels in "
+                         f"dim 1, got shape {list(z.shape)}")
+    c = z.shape[1]
+    means, stds = (LATENTS_MEAN, LATENTS_STD) if c == CHANNELS else (WAN22_LATENTS_MEAN, WAN22_LATENTS_STD)
+    view = (1, c) + (1,) * (z.dim() - 2)
+    mean = torch.tensor(means, dtype=z.dtype, device=z.device).view(view)
+    std = torch.tensor(stds, dtype=z.dtype, device=z.device).view(view)
     return mean, std
 
 
 def to_model(z: torch.Tensor) -> torch.Tensor:
-    """Raw VAE latents [B, 16, ...] -> the DiT's normalised latents: ``(z - mean) / std`` per channel."""
+    """Raw VAE latents [B, 16 or 48, ...] -> the DiT's normalised latents: ``(z - mean) / std`` per channel."""
     mean, std = _stats(z)
     return (z - mean) / std
 
 
 def from_model(x: torch.Tensor) -> torch.Tensor:
-    """The DiT's normalised latents [B, 16, ...] -> raw VAE latents: ``x * std + mean`` per channel."""
+    """The DiT's normalised latents [B, 16 or 48, ...] -> raw VAE latents: ``x * std + mean`` per channel."""
     mean, std = _stats(x)
     return x * std + mean
 
 
 def preview_rgb(x: torch.Tensor) -> torch.Tensor:
-    """Cheap preview of normalised latents [B, 16, T, H, W] -> [B, T, H, W, 3] in [0, 1] (1/8 resolution)."""
+    """Cheap preview of normalised latents [B, 16, T, H, W] -> [B, T, H, W, 3] in [0, 1] (1/8 resolution).
+    48-channel (Wan 2.2 VAE) latents have no RGB factors here: their preview is the grey mean level."""
     _stats(x)
+    if x.shape[1] == WAN22_CHANNELS:
+        grey = x.to(torch.float32).mean(dim=1).mul(0.25).add(0.5).clamp(0.0, 1.0)
+        return grey.unsqueeze(-1).expand(*grey.shape, 3)
     factors = torch.tensor(LATENT_RGB_FACTORS, dtype=torch.float32, device=x.device)
     bias = torch.tensor(LATENT_RGB_BIAS, dtype=torch.float32, device=x.device)
     rgb = torch.einsum("bcthw,cr->bthwr", x.to(torch.float32), factors) + bias

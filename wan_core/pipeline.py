@@ -18,6 +18,8 @@ from .numerics import check_finite
 from .progress import InterruptFn, ProgressFn, StepCallback
 from .cache import start_session
 from .i2v import ImageCondition, check_image_model, check_image_request, image_condition
+from .wan22 import EXPERTS, MoECacheReport, MoEGuidance, is_moe, latent_geometry, pixel_multiple
+from .wan22 import attached as moe_attached
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, Convention, ScheduleConfig,
                        Solver, build_schedule, initial_latent, make_noise, sample)
 
@@ -135,20 +137,34 @@ def check_models(dit=None, vae=None, text_encoder=None) -> None:
             raise ValueError(f"{dit_name} takes {cin}-channel latents and predicts {cout}-channel ones; only "
                              f"text-to-video models ({latent_format.CHANNELS} in, {latent_format.CHANNELS} out) "
                              f"are supported")
-        if cin != latent_format.CHANNELS:
-            hint = " (48 channels: a Wan 2.2 model)" if cin == 48 else ""
-            raise ValueError(f"{dit_name} works on {cin}-channel latents{hint}; Wan 2.1 latents have "
-                             f"{latent_format.CHANNELS} channels")
+        if cin not in (latent_format.CHANNELS, latent_format.WAN22_CHANNELS):
+            raise ValueError(f"{dit_name} works on {cin}-channel latents; Wan latents have "
+                             f"{latent_format.CHANNELS} (Wan 2.1 VAE) or {latent_format.WAN22_CHANNELS} (Wan 2.2 VAE, "
+                             f"TI2V-5B) channels")
     vae_cfg = getattr(vae, "config", None) if vae is not None else None
     if chans is not None and vae_cfg is not None and vae_cfg.z_dim != chans[0]:
         raise ValueError(f"{dit_name} works on {chans[0]}-channel latents but {source_name(vae, 'the VAE')} has "
-                         f"{vae_cfg.z_dim} latent channels; use the VAE that belongs to the model (Wan 2.1: "
-                         f"wan_2.1_vae, {latent_format.CHANNELS} channels)")
+                         f"{vae_cfg.z_dim} latent channels; use the VAE that belongs to the model (Wan 2.1 and "
+                         f"Wan 2.2 A14B: wan_2.1_vae, {latent_format.CHANNELS} channels; Wan 2.2 TI2V-5B: "
+                         f"wan2.2_vae, {latent_format.WAN22_CHANNELS} channels)")
     text_dim = getattr(getattr(dit, "config", None), "text_dim", None)
     te_dim = getattr(text_encoder, "text_dim", None) if text_encoder is not None else None
     if text_dim is not None and te_dim is not None and te_dim != text_dim:
         raise ValueError(f"{source_name(text_encoder, 'the text encoder')} produces {te_dim}-wide embeddings but "
                          f"{dit_name} expects {text_dim}; use the umT5-XXL encoder of Wan 2.1 (4096)")
+
+
+def check_size_for_models(width: int, height: int, dit=None, vae=None) -> None:
+    """Width and height must be multiples of the VAE's spatial factor times the DiT's 2x2 patch: 16 for Wan 2.1
+    and A14B, 32 for TI2V-5B / the Wan 2.2 VAE (docs/wan22.md section 5). One-line ``ValueError`` otherwise."""
+    multiple = pixel_multiple(dit, vae)
+    bad = [(name, v) for name, v in (("width", width), ("height", height)) if v % multiple]
+    if bad:
+        what = source_name(dit, "the diffusion model") if dit is not None else source_name(vae, "the VAE")
+        near = "; ".join(f"{name}={v}: nearest valid {' or '.join(str(n) for n in nearest_valid(v, multiple))}"
+                         for name, v in bad)
+        raise ValueError(f"{what} needs width and height in multiples of {multiple} (Wan 2.2 TI2V-5B: VAE 16x, "
+                         f"patch 2x2); {near}")
 
 
 def check_latent(z, name: str, dit=None, vae=None, values: bool = True) -> torch.Tensor:
@@ -207,6 +223,7 @@ class WanPipeline:
         self.text_encoder = text_encoder
         self.clip_vision = clip_vision  # a CLIPVisionEncoder for Wan 2.1 image-to-video models, else None
         self.cache_report = None  # wan_core.cache.CacheReport of the last sample_latents call
+        self.moe_steps: list[str] | None = None  # WanMoE: the expert of each step of the last run
 
     # ------------------------------------------------------------------ stages
     def encode_prompts(self, prompts: Sequence[str], negative_prompt: str | None = None,
@@ -221,11 +238,11 @@ class WanPipeline:
         uncond = [embs[-1]] * len(prompts) if need_negative else None
         return cond, uncond
 
-    def velocity_model(self, image: ImageCondition | None = None) -> Callable[[torch.Tensor, torch.Tensor, Any],
-                                                                                 torch.Tensor]:
+    def velocity_model(self, image: ImageCondition | None = None, dit=None) -> Callable[
+            [torch.Tensor, torch.Tensor, Any], torch.Tensor]:
         """``(x, timestep, context) -> v``; with ``image`` the conditioning goes into every call (docs/i2v.md
-        section 4)."""
-        dit = self.dit
+        section 4). ``dit``: one expert of a ``WanMoE`` (default: the pipeline's DiT)."""
+        dit = dit if dit is not None else self.dit
         if dit is None:
             raise ValueError("this pipeline has no DiT")
         if image is not None:
@@ -271,8 +288,15 @@ class WanPipeline:
         if uncond is not None:
             check_embeddings(uncond, "negative prompt embedding", self.dit)
         schedule = build_schedule(cfg.schedule_config())
-        session = start_session(cache, self.dit, schedule.num_steps, cfg.guidance)  # cache errors before any work
-        shape = (len(cond),) + cfg.latent_shape[1:]
+        check_size_for_models(cfg.width, cfg.height, self.dit, self.vae)
+        if is_moe(self.dit):  # one cache session per expert (docs/wan22.md section 4)
+            sessions = {name: start_session(cache, self.dit.expert(name), schedule.num_steps,
+                                            self.dit.guidance_for(name, cfg.guidance)) for name in EXPERTS}
+            session = sessions["high"]
+        else:
+            session = start_session(cache, self.dit, schedule.num_steps, cfg.guidance)  # cache errors before work
+        channels, tf, sf = latent_geometry(self.dit, self.vae)
+        shape = (len(cond), channels, (cfg.frames - 1) // tf + 1, cfg.height // sf, cfg.width // sf)
         check_image_model(self.dit, image, shape, source_name(self.dit, "the diffusion model"))
         device = self.dit.device if self.dit is not None else torch.device("cpu")
         start = None
@@ -288,15 +312,29 @@ class WanPipeline:
                              f"use denoise=1 for text-to-video")
         x = initial_latent(noise, schedule, start)
         batched = cfg.batched_cfg or bool(getattr(self.dit, "wants_batched_cfg", False))  # CFG-parallel models
-        guide = ClassifierFreeGuidance(self.velocity_model(image), cond, uncond, cfg.guidance, batched=batched,
-                                       cfg_cache=session.cfg_cache, branch_cache=session)
         hooks = list(step_hooks)
-        attention = getattr(self.dit, "attention", None)
-        if attention is not None and hasattr(attention, "begin_step"):
-            hooks.append(attention)
-        with session.attached(self.dit):
+        if is_moe(self.dit):
+            moe = self.dit
+            guides = {name: ClassifierFreeGuidance(
+                self.velocity_model(image, moe.expert(name)), cond, uncond, moe.guidance_for(name, cfg.guidance),
+                batched=batched, cfg_cache=sessions[name].cfg_cache, branch_cache=sessions[name]) for name in EXPERTS}
+            guide: Any = MoEGuidance(moe, guides, schedule.timesteps.tolist(), device)
+            attached = moe_attached(sessions, moe)
+            experts = [moe.expert(name) for name in EXPERTS]
+        else:
+            guide = ClassifierFreeGuidance(self.velocity_model(image), cond, uncond, cfg.guidance, batched=batched,
+                                           cfg_cache=session.cfg_cache, branch_cache=session)
+            attached = session.attached(self.dit)
+            experts = [self.dit]
+        for dit in experts:
+            attention = getattr(dit, "attention", None)
+            if attention is not None and hasattr(attention, "begin_step"):
+                hooks.append(attention)
+        with attached:
             x = sample(guide, x, schedule, cfg.solver, callback=callback, interrupt=interrupt, step_hooks=hooks)
-        self.cache_report = session.report
+        self.cache_report = MoECacheReport({n: s.report for n, s in sessions.items()}) if is_moe(self.dit) \
+            else session.report
+        self.moe_steps = list(guide.steps) if is_moe(self.dit) else None  # expert per step ("high" / "low")
         return latent_format.from_model(x)
 
     def decode(self, latents: torch.Tensor, tiling: str = "auto", tile=None, overlap=None,
@@ -334,6 +372,7 @@ class WanPipeline:
         ``last_image``: IMAGE ``[1, H, W, 3]`` in [0, 1] for image-to-video models (docs/i2v.md)."""
         cfg.validate()
         check_models(self.dit, self.vae, self.text_encoder)  # before the text encoder runs
+        check_size_for_models(cfg.width, cfg.height, self.dit, self.vae)
         condition = None
         if image is not None:
             condition = self.image_condition(image, cfg, last_image, tiling=tiling, interrupt=interrupt)
@@ -341,7 +380,9 @@ class WanPipeline:
             raise ValueError("a last image needs a start image too")
         else:
             check_image_model(self.dit, None, name=source_name(self.dit, "the diffusion model"))
-        cond, uncond = self.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=cfg.guidance != 1.0)
+        guidances = [self.dit.guidance_for(n, cfg.guidance) for n in EXPERTS] if is_moe(self.dit) else [cfg.guidance]
+        cond, uncond = self.encode_prompts(cfg.prompts, cfg.negative_prompt,
+                                           need_negative=any(g != 1.0 for g in guidances))
         latents = self.sample_latents(cond, uncond, cfg, callback=callback, interrupt=interrupt, image=condition)
         video = self.decode(latents, tiling=tiling, progress=decode_progress, interrupt=interrupt)
         return GenerationResult(latents=latents, video=video, config=cfg)

@@ -84,8 +84,9 @@ def test_dit_with_other_latent_channels_is_refused(tiny, files):
     _, vae, _ = tiny
     dit = wan_core.load_dit(files / "wan_dit_48ch.safetensors", config=DIT_CFG.replace(in_dim=48, out_dim=48))
     emb = [torch.zeros(3, DIT_CFG.text_dim)]
-    with pytest.raises(ValueError, match=r"'wan_dit_48ch.safetensors' works on 48-channel latents \(48 channels: a "
-                                         r"Wan 2.2 model\); Wan 2.1 latents have 16"):
+    # a 48-channel DiT is Wan 2.2 TI2V-5B: it needs the Wan 2.2 VAE (docs/wan22.md section 5)
+    with pytest.raises(ValueError, match=r"'wan_dit_48ch.safetensors' works on 48-channel latents but the VAE.* has "
+                                         r"16 latent channels; .*TI2V-5B: wan2.2_vae, 48 channels"):
         WanPipeline(dit, vae).sample_latents(emb, None, GenerationConfig(width=32, height=32, frames=5, steps=2,
                                                                          guidance=1.0))
 
