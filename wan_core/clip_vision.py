@@ -88,6 +88,8 @@ def _vision_state_dict(src: Source) -> LazyStateDict:
         keep = prefix + "vision_model."
         # visual_projection (CLIPVisionModelWithProjection) and a full CLIP's text tower are not used
         return sd.rename(lambda k: k[len(prefix):] if k.startswith(keep) else None)
+    if "embeddings.patch_embedding.weight" in sd and any(k.startswith("encoder.layers.") for k in sd):
+        return sd.rename(lambda k: f"vision_model.{k}")  # CLIPVisionModel saved by transformers >= 5: no wrapper
     raise CheckpointError(f"{sd.source}: not a CLIP vision model; it looks like {describe_keys(sd.keys())}. Pick "
                           f"the CLIP vision file of Wan 2.1 image-to-video (clip_vision_h.safetensors)")
 

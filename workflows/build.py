@@ -54,8 +54,15 @@ REPACKAGED_FILES = {
     "wan_2.1_vae.safetensors": "vae",
     "umt5_xxl_fp8_e4m3fn_scaled.safetensors": "text_encoders",
     "umt5_xxl_fp16.safetensors": "text_encoders",
+    # image-to-video (docs/i2v.md section 1)
+    "wan2.1_i2v_480p_14B_fp8_e4m3fn.safetensors": "diffusion_models",
+    "wan2.1_flf2v_720p_14B_fp8_e4m3fn.safetensors": "diffusion_models",
+    "clip_vision_h.safetensors": "clip_vision",
 }
 DIT_1_3B = "wan2.1_t2v_1.3B_fp16.safetensors"
+DIT_I2V = "wan2.1_i2v_480p_14B_fp8_e4m3fn.safetensors"
+DIT_FLF2V = "wan2.1_flf2v_720p_14B_fp8_e4m3fn.safetensors"
+CLIP_VISION = "clip_vision_h.safetensors"
 VAE = "wan_2.1_vae.safetensors"
 UMT5 = "umt5_xxl_fp8_e4m3fn_scaled.safetensors"
 DEMO = "wancore-demo (built-in)"  # nodes.models.DEMO_NAME: the packaged demo model, listed by every loader
@@ -63,6 +70,7 @@ DEMO = "wancore-demo (built-in)"  # nodes.models.DEMO_NAME: the packaged demo mo
 MODEL_FILE_INPUTS = {
     "WanCoreModelLoader": "model_name", "WanCoreVAELoader": "vae_name",
     "WanCoreTextEncoderLoader": "text_encoder_name", "VAELoader": "vae_name", "UNETLoader": "unet_name",
+    "WanCoreCLIPVisionLoader": "clip_name",
 }
 LORA = "wan2.1_t2v_1.3B_lora.safetensors"  # native_t2v_fast: stands for the user's LoRA file (models/loras)
 # t2v_distill: the 14B DiT and lightx2v's step/CFG-distilled LoRA as Kijai/WanVideo_comfy names it (models/loras)
@@ -98,6 +106,9 @@ def core_nodes() -> dict[str, CoreNode]:
     res = 16384  # nodes.MAX_RESOLUTION
     return {n.node_id: n for n in (
         CoreNode("VAELoader", "Load VAE", (Input("vae_name", "COMBO", options=(VAE,)),), (Output("VAE", "VAE"),)),
+        # i2v_wan21 / flf2v_wan21: ComfyUI's image loader (nodes.py LoadImage; the upload button is UI-only)
+        CoreNode("LoadImage", "Load Image", (Input("image", "COMBO", options=("example.png",)),),
+                 (Output("IMAGE", "IMAGE"), Output("MASK", "MASK"))),
         CoreNode("VAEDecode", "VAE Decode", (Input("samples", "LATENT"), Input("vae", "VAE")),
                  (Output("IMAGE", "IMAGE"),)),
         CoreNode("EmptyHunyuanLatentVideo", "Empty HunyuanVideo 1.0 Latent", (
@@ -259,7 +270,56 @@ def workflows() -> list[Workflow]:
         *_output(7, "video/WanCore_native"),
     ])
     return [basic, long_tiled, native, distill_workflow(),
-            fast_workflow(), cached_workflow(), demo_workflow(), native_fast_workflow()]
+            fast_workflow(), cached_workflow(), demo_workflow(), native_fast_workflow(),
+            *image_workflows()]
+
+
+_I2V_FILES_NOTE = """
+**Model files** (ComfyUI's repackaged Wan 2.1 files; the loaders offer the download):
+
+```
+ComfyUI/models/
+├── diffusion_models/{dit}
+├── clip_vision/clip_vision_h.safetensors
+├── text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors
+└── vae/wan_2.1_vae.safetensors
+```
+Source: huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged (split_files/...). Put the image(s) in ComfyUI's input
+folder or upload them in the Load Image node(s); see docs/i2v.md.
+"""
+
+
+def image_workflows() -> list[Workflow]:
+    """Wan 2.1 image-to-video (I2V-14B 480P) and first-last-frame (FLF2V-14B 720P), docs/i2v.md sections 5 and 7:
+    Load Image -> WanCore Image To Video (VAE, CLIP vision) -> WanCore Sampler (image_cond + latent)."""
+    out = []
+    for name, dit, size, shift, steps, prefix, title, about in (
+            ("i2v_wan21", DIT_I2V, (832, 480), 3.0, 40, "video/WanCore_i2v", "image to video (Wan 2.1 I2V-14B)",
+             "The start image is resized to 832x480 (no crop: pick the size with the image's aspect ratio, "
+             "480x832 for portrait). Official settings: 40 UniPC steps, guidance 5, shift 3 at 480P."),
+            ("flf2v_wan21", DIT_FLF2V, (1280, 720), 16.0, 50, "video/WanCore_flf2v",
+             "first and last frame to video (Wan 2.1 FLF2V-14B)",
+             "The video goes from the start image to the end image, both resized to 1280x720. Official "
+             "settings: 50 UniPC steps, guidance 5, shift 16.")):
+        (w, h) = size
+        i2v_links = {"vae": (3, 0), "start_image": (10, 0), "clip_vision": (11, 0)}
+        sampler = _sampler({"steps": steps, "guidance": 5.0, "shift": shift})
+        sampler.links.update({"latent": (5, 1), "image_cond": (5, 0)})
+        nodes = [
+            *_loaders({"model_name": dit}),
+            _encode(PROMPT),
+            Node(5, "WanCoreImageToVideo", {"width": w, "height": h, "frames": 81, "batch_size": 1}, i2v_links),
+            sampler,
+            Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+            *_output(7, prefix),
+            Node(10, "LoadImage", {"image": "example.png"}, title="Start image"),
+            Node(11, "WanCoreCLIPVisionLoader", {"clip_name": CLIP_VISION}),
+        ]
+        if name == "flf2v_wan21":
+            nodes.append(Node(12, "LoadImage", {"image": "example.png"}, title="End image"))
+            i2v_links["end_image"] = (12, 0)
+        out.append(Workflow(name, f"## WanCore: {title}\n{about}\n" + _I2V_FILES_NOTE.format(dit=dit), nodes))
+    return out
 
 
 def native_fast_workflow() -> Workflow:

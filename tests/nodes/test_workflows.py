@@ -24,17 +24,18 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
-NAMES = ("t2v_basic", "t2v_fast", "t2v_long_tiled", "t2v_native_mix", "t2v_cached", "t2v_demo", "native_t2v_fast")
+NAMES = ("t2v_basic", "t2v_fast", "t2v_long_tiled", "t2v_native_mix", "t2v_cached", "t2v_demo", "native_t2v_fast",
+         "i2v_wan21", "flf2v_wan21")
 NAMES += ("t2v_distill",)  # WanCoreLoRA + the distilled 4-step schedule (docs/lora.md section 5)
 # Graphs on ComfyUI's native MODEL (UNETLoader, KSampler): run end to end by tests/nodes/test_native_comfy.py
 NATIVE_MODEL = ("native_t2v_fast",)
 # Core ComfyUI node ids the workflows may use (read from ComfyUI 0.33's nodes.py / comfy_extras).
 CORE_NODE_IDS = {"VAELoader", "VAEDecode", "EmptyHunyuanLatentVideo", "CreateVideo", "SaveVideo", "UNETLoader",
-                 "LoraLoaderModelOnly", "ModelSamplingSD3", "KSampler"}
+                 "LoraLoaderModelOnly", "ModelSamplingSD3", "KSampler", "LoadImage"}
 UI_ONLY = {"MarkdownNote", "Note"}
 OUTPUT_NODES = {"SaveVideo"}
 FOLDER_OF_INPUT = {"model_name": "diffusion_models", "vae_name": "vae", "text_encoder_name": "text_encoders",
-                   "unet_name": "diffusion_models"}
+                   "unet_name": "diffusion_models", "clip_name": "clip_vision"}
 
 
 def _load_build():
@@ -310,6 +311,34 @@ def _write_tiny_models(root: Path, names: dict[str, set[str]]) -> None:
         (root / folder).mkdir(parents=True, exist_ok=True)
         for file_name in names.get(folder, ()):
             save_file(sd, str(root / folder / file_name))
+    _write_tiny_image_models(root, names)
+
+
+def _write_tiny_image_models(root: Path, names: dict[str, set[str]]) -> None:
+    """i2v_wan21 / flf2v_wan21: tiny I2V / FLF2V DiTs (36 input channels, img_emb) over the T2V stand-ins of the
+    same names, and a tiny CLIP vision file in ComfyUI's layout (5 tokens of width 24 from a 28 px image)."""
+    from safetensors.torch import save_file
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    from wan_core.config import DIT_PRESETS, TEXT_ENCODER_PRESETS
+    from wan_core.dit.model import WanDiT
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        clip = CLIPVisionModel(CLIPVisionConfig(hidden_size=24, intermediate_size=48, num_hidden_layers=2,
+                                                num_attention_heads=2, image_size=28, patch_size=14))
+        for file_name in names.get("clip_vision", ()):
+            (root / "clip_vision").mkdir(parents=True, exist_ok=True)
+            sd = {(k if k.startswith("vision_model.") else f"vision_model.{k}"): v.contiguous()
+                  for k, v in clip.state_dict().items() if not k.endswith("position_ids")}
+            save_file(sd, str(root / "clip_vision" / file_name))
+        for file_name in names.get("diffusion_models", ()):
+            if "i2v" in file_name or "flf2v" in file_name:
+                cfg = DIT_PRESETS["tiny"].replace(text_dim=TEXT_ENCODER_PRESETS["tiny"].d_model, in_dim=36,
+                                                  image_dim=24, image_pos_len=10 if "flf2v" in file_name else 0)
+                dit = WanDiT(cfg)
+                save_file({k: v.to(torch.float16).contiguous() for k, v in dit.state_dict().items()},
+                          str(root / "diffusion_models" / file_name))
 
 
 def _write_tiny_loras(root: Path) -> None:
@@ -350,6 +379,7 @@ TINY = {
     "WanCoreEmptyLatent": {"width": 64, "height": 48, "frames": 5},
     "EmptyHunyuanLatentVideo": {"width": 64, "height": 48, "length": 5},
     "WanCoreSampler": {"steps": 2},
+    "WanCoreImageToVideo": {"width": 64, "height": 48, "frames": 5},
 }
 TINY_LONG = {"width": 96, "height": 48, "frames": 9}  # t2v_long_tiled: wide enough for two tiles
 TINY_TILE = {"tile_size": 64, "overlap": 16}  # the smallest declared tile: 2 x 1 tiles on a 96x48 frame
@@ -385,7 +415,12 @@ def _stand_ins(pack, records: dict):
         z = torch.zeros([batch_size, 16, (length - 1) // 4 + 1, height // 8, width // 8])
         return ({"samples": z, "downscale_ratio_spacial": 8},)
 
-    return {"CreateVideo": create_video, "SaveVideo": save_video, "VAELoader": vae_loader,
+    def load_image(image):  # ComfyUI's LoadImage: IMAGE [1, H, W, 3] in [0, 1] and its MASK
+        records.setdefault("images", []).append(image)
+        picture = torch.rand(1, 40, 56, 3, generator=torch.Generator().manual_seed(len(records["images"])))
+        return (picture, torch.zeros(1, 40, 56))
+
+    return {"LoadImage": load_image, "CreateVideo": create_video, "SaveVideo": save_video, "VAELoader": vae_loader,
             "VAEDecode": vae_decode, "EmptyHunyuanLatentVideo": empty_hunyuan}
 
 
