@@ -4,6 +4,7 @@ Takes and returns raw VAE latents (ComfyUI's LATENT convention); the DiT sees no
 """
 from __future__ import annotations
 
+import contextlib
 from typing import cast
 
 import torch
@@ -12,6 +13,7 @@ from wan_core import latent_format
 from wan_core.lora import activate_loras
 from wan_core.pipeline import GenerationConfig, WanPipeline, check_embeddings, check_latent, check_models
 from wan_core.sampling import SOLVER_NAMES, Convention, Solver, distill_sigmas
+from wan_core.sampling.nag import NAG_ALPHA, NAG_SCALE, NAG_TAU, NAGAttention, NAGConfig
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -50,6 +52,10 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, gu
         raise ValueError(f"embeds hold {len(cond)} prompts but the latent batch is {b}")
     check_embeddings(cond, "embeds (prompt)", model)
     check_embeddings(uncond, "embeds (negative prompt)", model)
+    nag = embeds.get("nag")  # a NAGConfig from WanCore NAG: the negative prompt inside the cross-attention
+    if nag is not None and nag.active and guidance != 1.0:
+        raise ValueError(f"NAG applies the negative prompt at guidance 1, but guidance is {guidance:g}: set guidance "
+                         f"to 1 or remove the WanCore NAG node")
     start = z if denoise < 1.0 else None
     if start is not None and not start.abs().sum() > 0:
         raise ValueError("denoise < 1 needs a latent to start from (e.g. from WanCore VAE Encode), not an empty one")
@@ -58,10 +64,12 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, gu
         activate_loras(dit)  # the LoRA stack this model output carries (WanCoreLoRA), onto the shared weights
         pipe = WanPipeline(dit=dit)
         device = dit.device
-        out = pipe.sample_latents([c.to(device) for c in cond],
-                                  [u.to(device) for u in uncond] if guidance != 1.0 else None, cfg,
-                                  latent=start, callback=callback, interrupt=_interrupt, cache=cache,
-                                  image=image_cond)
+        guide = NAGAttention(dit, [u.to(device) for u in uncond], nag) if nag else contextlib.nullcontext()
+        with guide:
+            out = pipe.sample_latents([c.to(device) for c in cond],
+                                      [u.to(device) for u in uncond] if guidance != 1.0 else None, cfg,
+                                      latent=start, callback=callback, interrupt=_interrupt, cache=cache,
+                                      image=image_cond)
     host.show_text(pipe.cache_report.text())  # "cache <method>: <computed>/<total> DiT evaluations" + details
     return ({"samples": out.to(host.intermediate_device()), "downscale_ratio_spacial": 8},)
 
@@ -101,4 +109,27 @@ SAMPLER = NodeSpec(
     fn=sample,
 )
 
-NODES = (SAMPLER,)
+def nag_embeds(embeds: dict, scale: float = NAG_SCALE, tau: float = NAG_TAU, alpha: float = NAG_ALPHA):
+    return ({**embeds, "nag": NAGConfig(scale, tau, alpha)},)
+
+
+NAG = NodeSpec(
+    node_id="WanCoreNAG", display_name="WanCore NAG", category="WanCore/sampling",
+    description="Normalized Attention Guidance: makes the embeds' negative prompt work at guidance 1 (distilled "
+                "4-step LoRAs), inside the DiT's cross-attention instead of a second CFG pass. Connect its output "
+                "to the sampler's embeds and set guidance to 1; scale 1 = off.",
+    inputs=(
+        Input("embeds", "WANCORE_EMBEDS"),
+        Input("scale", "FLOAT", default=NAG_SCALE, min=1.0, max=50.0, step=0.1,
+              tooltip="extrapolation away from the negative prompt (1 = off; Wan 4-step: 11, 25 steps: 9)"),
+        Input("tau", "FLOAT", default=NAG_TAU, min=0.1, max=20.0, step=0.1,
+              tooltip="largest allowed growth of the attention output (L1 norm ratio)"),
+        Input("alpha", "FLOAT", default=NAG_ALPHA, min=0.0, max=1.0, step=0.01,
+              tooltip="blend of the guided and the plain attention output"),
+    ),
+    outputs=(Output("WANCORE_EMBEDS", "embeds"),),
+    fn=nag_embeds,
+    search_aliases=("nag", "normalized attention guidance", "negative prompt"),
+)
+
+NODES = (SAMPLER, NAG)
