@@ -18,7 +18,8 @@ from .numerics import check_finite
 from .progress import InterruptFn, ProgressFn, StepCallback
 from .cache import start_session
 from .i2v import ImageCondition, check_image_model, check_image_request, image_condition
-from .wan22 import EXPERTS, MoECacheReport, MoEGuidance, is_moe, latent_geometry, pixel_multiple
+from .wan22 import (EXPERTS, FirstFrameGuidance, MoECacheReport, MoEGuidance, check_first_frame, is_moe,
+                    latent_geometry, pixel_multiple)
 from .wan22 import attached as moe_attached
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, Convention, ScheduleConfig,
                        Solver, build_schedule, initial_latent, make_noise, sample)
@@ -272,6 +273,7 @@ class WanPipeline:
         step_hooks: Sequence[Any] = (),
         cache: Any = None,
         image: ImageCondition | None = None,
+        first_frame: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Sample raw VAE latents ``[B, 16, F, H/8, W/8]``.
 
@@ -282,6 +284,8 @@ class WanPipeline:
         ``self.cache_report`` says what it computed and skipped.
         ``image``: the conditioning of an image-to-video model (``wan_core.i2v.image_condition``), required by
         those models and refused by the others.
+        ``first_frame``: Wan 2.2 TI2V-5B image-to-video, the start image's raw latent ``[1 or B, 48, 1, h, w]``
+        (``vae.encode`` of one frame): it replaces latent frame 0 at timestep 0 (docs/wan22.md section 2).
         """
         check_models(self.dit, self.vae)
         check_embeddings(cond, "prompt embedding", self.dit)
@@ -311,6 +315,10 @@ class WanPipeline:
             raise ValueError(f"denoise={cfg.denoise} needs a start latent (encode a video first); "
                              f"use denoise=1 for text-to-video")
         x = initial_latent(noise, schedule, start)
+        z0 = None
+        if first_frame is not None:
+            check_first_frame(first_frame, shape, "first_frame")
+            z0 = latent_format.to_model(first_frame.to(device, torch.float32))
         batched = cfg.batched_cfg or bool(getattr(self.dit, "wants_batched_cfg", False))  # CFG-parallel models
         hooks = list(step_hooks)
         if is_moe(self.dit):
@@ -326,12 +334,16 @@ class WanPipeline:
                                            cfg_cache=session.cfg_cache, branch_cache=session)
             attached = session.attached(self.dit)
             experts = [self.dit]
+        if z0 is not None:
+            guide = FirstFrameGuidance(guide, z0, tuple(self.dit.config.patch_size))
         for dit in experts:
             attention = getattr(dit, "attention", None)
             if attention is not None and hasattr(attention, "begin_step"):
                 hooks.append(attention)
         with attached:
             x = sample(guide, x, schedule, cfg.solver, callback=callback, interrupt=interrupt, step_hooks=hooks)
+        if z0 is not None:
+            x = guide.conditioned(x)
         self.cache_report = MoECacheReport({n: s.report for n, s in sessions.items()}) if is_moe(self.dit) \
             else session.report
         self.moe_steps = list(guide.steps) if is_moe(self.dit) else None  # expert per step ("high" / "low")
