@@ -100,9 +100,52 @@ def sampling(rank: int, world: int, names: tuple[str, ...] = ("usp2x2", "cfg2_ul
 
 
 
-def everything(rank: int, world: int, layouts: tuple[str, ...], sampled: tuple[str, ...]) -> dict[str, float]:
-    """Attention, DiT and sampling checks for the named layouts, in one spawned group (startup dominates)."""
+def everything(rank: int, world: int, layouts: tuple[str, ...], sampled: tuple[str, ...],
+               extra: tuple[str, ...] = ()) -> dict[str, float]:
+    """Attention, DiT and sampling checks for the named layouts, plus the ``extra`` check functions of this file
+    (e.g. "fsdp"), in one spawned group (process start-up dominates the time)."""
     out = attention(rank, world, tuple(n for n in layouts if n in ATTN_LAYOUTS))
     out.update(dit(rank, world, layouts))
     out.update(sampling(rank, world, sampled))
+    for name in extra:
+        out.update(globals()[name](rank, world))
     return out
+
+
+def fsdp(rank: int, world: int) -> dict[str, float]:
+    """FSDP-sharded DiT (alone, and under Ulysses over the same ranks) vs the unsharded model."""
+    from wan_core.parallel.fsdp import local_parameter_bytes, shard_dit
+
+    model = tiny_dit()
+    x, t, ctx = dit_inputs(2)
+    with torch.no_grad():
+        ref = model(x, t, ctx)
+        full = local_parameter_bytes(model.blocks)
+        sharded = shard_dit(tiny_dit())
+        out = {"fsdp": (sharded(x, t, ctx) - ref).abs().max().item(),
+               "fsdp_block_bytes_ratio": local_parameter_bytes(sharded.blocks) / full}
+        par = context_parallel(sharded, build_groups(ParallelConfig(ulysses=2)))
+        out["fsdp_ulysses2"] = (par(x, t, ctx) - ref).abs().max().item()
+    return out
+
+
+def vae_decode(rank: int, world: int) -> dict[str, float]:
+    """Distributed tiled decode vs the single-process tiled decode (same tiles) of a tiny random VAE."""
+    from wan_core.demo import randomize_
+    from wan_core.parallel.vae import distributed_decode
+    from wan_core.vae.config import PRESETS
+    from wan_core.vae.loader import load_vae
+    from wan_core.vae.model import WanVAEModel
+
+    torch.manual_seed(0)
+    model = WanVAEModel(PRESETS["tiny"])
+    randomize_(model)
+    vae = load_vae(model.state_dict())
+    z = torch.randn(1, 16, 2, 6, 6, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref = vae.decode(z, tiling="on", tile=4, overlap=2)  # 2 x 2 tiles
+        out = distributed_decode(vae, z, tile=4, overlap=2)
+    if rank != 0:
+        return {"vae_none_elsewhere": float(out is not None)}
+    assert out is not None
+    return {"vae_decode": (out - ref).abs().max().item(), "vae_none_elsewhere": 0.0}

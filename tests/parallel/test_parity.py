@@ -38,11 +38,12 @@ def _assert_parity(worst: dict[str, float]) -> None:
 
 @pytest.fixture(scope="module")
 def two_ranks():
-    return _worst(run_local(f"{CHECKS}:everything", 2, ("ulysses2", "ring2", "cfg2"), ("ring2", "cfg2")))
+    return _worst(run_local(f"{CHECKS}:everything", 2, ("ulysses2", "ring2", "cfg2"), ("ring2", "cfg2"),
+                            ("fsdp", "vae_decode")))
 
 
 def test_attention_parity_two_ranks(two_ranks):
-    names = {k for k in two_ranks if not k.startswith(("dit", "sampling"))}
+    names = {k for k in two_ranks if not k.startswith(("dit", "sampling", "fsdp", "vae"))}
     for layout in ("ulysses2", "ring2"):
         for dtype in ("float64", "float32"):
             for length in ("L16", "L13"):  # L13: not divisible by the degree (padded keys masked)
@@ -61,6 +62,16 @@ def test_sampling_parity_two_ranks(two_ranks):
     s = {k: v for k, v in two_ranks.items() if k.startswith("sampling")}
     assert set(s) == {"sampling_ring2", "sampling_cfg2"}
     _assert_parity(s)
+
+
+def test_fsdp_sharded_forward_two_ranks(two_ranks):
+    assert 0.45 < two_ranks["fsdp_block_bytes_ratio"] < 0.55  # each rank holds half of the block weights
+    _assert_parity({k: two_ranks[k] for k in ("fsdp", "fsdp_ulysses2")})
+
+
+def test_distributed_vae_decode_two_ranks(two_ranks):
+    assert two_ranks["vae_none_elsewhere"] == 0.0  # only rank 0 gets the video
+    _assert_parity({"vae_decode": two_ranks["vae_decode"]})
 
 
 @pytest.mark.slow

@@ -25,10 +25,13 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--ring", type=int, default=1, help="Ring attention degree (K/V passed around the ring)")
     group.add_argument("--cfg-parallel", action="store_true",
                        help="cond and uncond on different ranks (ulysses x ring x 2 processes)")
+    group.add_argument("--fsdp", action="store_true",
+                       help="shard the DiT blocks' weights over the ranks (FSDP2; each rank holds 1/N)")
 
 
 def requested(args: Any) -> bool:
-    return getattr(args, "ulysses", 1) > 1 or getattr(args, "ring", 1) > 1 or getattr(args, "cfg_parallel", False)
+    return (getattr(args, "ulysses", 1) > 1 or getattr(args, "ring", 1) > 1 or getattr(args, "cfg_parallel", False)
+            or getattr(args, "fsdp", False))
 
 
 def config_of(args: Any) -> "ParallelConfig":
@@ -46,10 +49,12 @@ def problems(args: Any) -> list[str]:
     except ValueError as e:
         return [str(e)]
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1 and getattr(args, "fsdp", False):
+        return ["--fsdp shards the DiT over torchrun's processes: run torchrun --nproc-per-node N -m wan_core ..."]
     if world == 1 and config.world_size > 1:
         return [f"--ulysses/--ring/--cfg-parallel ({config.describe()}) need {config.world_size} processes: run "
                 f"torchrun --nproc-per-node {config.world_size} -m wan_core generate ..."]
-    if world > 1:
+    if world > 1 and not (getattr(args, "fsdp", False) and config.world_size == 1):  # --fsdp alone: any N
         try:
             check_degrees(config, world, 120)  # the head count is checked once the DiT is loaded
         except ValueError as e:
@@ -86,8 +91,13 @@ def wrap(dit: Any, args: Any) -> Any:
     if not dist.is_initialized():
         return dit
     config = config_of(args)
-    world = dist.get_world_size()
-    check_degrees(config, world, int(dit.config.num_heads))
+    if getattr(args, "fsdp", False):
+        from .fsdp import shard_dit
+
+        dit = shard_dit(dit)
+        if config.world_size == 1:
+            return dit  # weights sharded, every rank computes the whole sequence
+    check_degrees(config, dist.get_world_size(), int(dit.config.num_heads))
     from .dit import context_parallel
 
     return context_parallel(dit, build_groups(config))
