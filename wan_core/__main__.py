@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "step-distilled LoRAs' timesteps (4 steps: 1000/750/500/250 before the shift; use with "
                         "--steps 4 --guidance 1 --shift 5 --solver euler)")
     s.add_argument("--seed", type=int, default=0, help="0 to 2^64-1 (as ComfyUI)")
+    s.add_argument("--nag-scale", type=float, default=1.0,
+                   help="NAG: the negative prompt inside the cross-attention at --guidance 1 (1 = off; 4-step "
+                        "distilled: 11); docs/lora.md")
+    s.add_argument("--nag-tau", type=float, default=2.5, help="NAG normalisation threshold")
+    s.add_argument("--nag-alpha", type=float, default=0.25, help="NAG blend of guided and plain attention")
     s.add_argument("--cfg-batched", action="store_true", help="cond+uncond as one batch (faster, more memory)")
     s.add_argument("--cache", choices=CACHES, default="exact",
                    help="diffusion cache: exact (same output), wan (~1.6-2x less DiT work), teacache, magcache, "
@@ -158,6 +163,14 @@ def check_args(args) -> list[str]:
     out = output_problem(args.out)
     if out:
         problems.append(f"--out {args.out!r}: {out}" if not str(args.out).strip() else f"--out {out}")
+    if args.nag_scale != 1.0:
+        try:
+            nag_config(args)
+        except ValueError as e:
+            problems.append(str(e))
+        if args.guidance is not None and args.guidance != 1.0:
+            problems.append(f"--nag-scale {args.nag_scale:g} applies the negative prompt at guidance 1, but "
+                            f"guidance is {args.guidance:g}: add --guidance 1 or drop --nag-scale")
     for spec in args.lora:
         problem = lora_problem(spec)
         if problem:
@@ -211,6 +224,25 @@ def apply_loras(args, dit) -> None:
             warnings.simplefilter("ignore", LoraWarning)  # the summary line below names the unused keys
             applied = apply_lora(dit, Path(path).expanduser(), strength=strength, merge=args.lora_mode == "merged")
         print(f"wan_core: {applied.summary()}", file=sys.stderr)
+
+
+def uses_negative(args) -> bool:
+    """The negative prompt is encoded for CFG (guidance != 1) or for NAG."""
+    return args.guidance != 1.0 or args.nag_scale != 1.0
+
+
+def nag_config(args):
+    from .sampling.nag import NAGConfig
+
+    return NAGConfig(args.nag_scale, args.nag_tau, args.nag_alpha)
+
+
+def attach_nag(args, dit, uncond):
+    """NAG hooks on the DiT for the rest of the run when --nag-scale is not 1 (docs/lora.md section 6)."""
+    from .sampling.nag import NAGAttention
+
+    config = nag_config(args)
+    return NAGAttention(dit, uncond, config).__enter__() if config.active else None
 
 
 def _device(name: str):
@@ -348,6 +380,7 @@ def output_metadata(args, cfg, files: dict | None) -> dict:
             "width": args.width, "height": args.height, "frames": args.frames, "fps": args.fps,
             "attention": args.attention, "skiparse": args.skiparse, "weights": args.weights,
             "loras": [f"{Path(p).name}:{w:g}" for p, w in map(parse_lora, args.lora)],
+            "nag": [args.nag_scale, args.nag_tau, args.nag_alpha] if args.nag_scale != 1.0 else None,
             "models": ({part: f.path.name for part, f in files.items()} if files else args.preset),
             "generator": f"ComfyUI-WanCore {__version__} (python -m wan_core)"}
     return meta
@@ -404,7 +437,8 @@ def cmd_generate(args) -> int:
               file=sys.stderr)
     pipe = WanPipeline(parallel_cli.wrap(dit, args), vae, te)
     with torch.inference_mode():
-        cond, uncond = pipe.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=cfg.guidance != 1.0)
+        cond, uncond = pipe.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=uses_negative(args))
+        attach_nag(args, dit, uncond)  # NAG hooks when --nag-scale is not 1
         with tqdm(total=cfg.steps, desc="sampling", unit="step", disable=rank > 0) as bar:
             latents = pipe.sample_latents(cond, uncond, cfg, callback=lambda i, n, x, x0: bar.update(1),
                                           cache=args.cache)

@@ -1,5 +1,6 @@
-"""``python -m wan_core generate --lora FILE[:STRENGTH]`` (repeatable) and ``--convention lightx2v_distill``: a
-4-step distilled run at guidance 1 on the tiny-random preset, end to end (docs/lora.md sections 4-5)."""
+"""``python -m wan_core generate --lora FILE[:STRENGTH]`` (repeatable), ``--convention lightx2v_distill`` and
+``--nag-scale``: a 4-step distilled run at guidance 1 with NAG on the tiny-random preset, end to end
+(docs/lora.md sections 4-6)."""
 from __future__ import annotations
 
 import subprocess
@@ -38,7 +39,8 @@ def test_distilled_run_with_two_loras(tmp_path):
     out = tmp_path / "frames"
     res = run_cli("generate", "--preset", "tiny-random", "--prompt", "a fox", "--out", str(out), "--frames", "5",
                   "--steps", "4", "--guidance", "1", "--shift", "5", "--solver", "euler",
-                  "--convention", "lightx2v_distill", "--lora", f"{style}:0.7", "--lora", str(distill))
+                  "--convention", "lightx2v_distill", "--lora", f"{style}:0.7", "--lora", str(distill),
+                  "--negative-prompt", "blurry", "--nag-scale", "11")
     assert res.returncode == 0, res.stderr
     assert "LoRA style.safetensors (official layout) at strength 0.7, merged: 20 parameters patched" in res.stderr
     assert "LoRA distill.safetensors (kohya layout) at strength 1, merged: 20 parameters patched; 1 keys not used" \
@@ -46,7 +48,7 @@ def test_distilled_run_with_two_loras(tmp_path):
     assert len(list(out.glob("*.png"))) == 5
     meta = read_metadata(out)
     assert meta["loras"] == ["style.safetensors:0.7", "distill.safetensors:1"]
-    assert meta["convention"] == "lightx2v_distill"
+    assert meta["convention"] == "lightx2v_distill" and meta["nag"] == [11.0, 2.5, 0.25]
 
 
 @pytest.mark.parametrize("flag, message", [
@@ -57,6 +59,13 @@ def test_bad_lora_flag_is_one_line(tmp_path, flag, message):
     res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "a.webp"),
                   "--lora", flag)
     assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_nag_with_cfg_is_one_line(tmp_path):
+    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "a.webp"),
+                  "--guidance", "5", "--nag-scale", "11")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "--nag-scale 11 applies the negative prompt at guidance 1, but guidance is 5" in res.stderr
 
 
 @pytest.mark.slow  # the refusal itself is tested in tests/lora/test_errors.py; this is the CLI's one-line form
