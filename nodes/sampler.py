@@ -12,6 +12,7 @@ import torch
 from wan_core import latent_format
 from wan_core.lora import activate_loras
 from wan_core.pipeline import GenerationConfig, WanPipeline, check_embeddings, check_latent, check_models
+from wan_core.wan22 import EXPERTS, is_moe, latent_geometry
 from wan_core.sampling import SOLVER_NAMES, Convention, Solver, distill_sigmas
 from wan_core.sampling.nag import NAG_ALPHA, NAG_SCALE, NAG_TAU, NAGAttention, NAGConfig
 
@@ -35,14 +36,16 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, gu
            shift: float = 5.0, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0,
            cache=None, image_cond=None):
     check_models(model)
+    first_frame = first_frame_of(latent)  # TI2V-5B image-to-video (WanCoreImageToVideoLatent22 / native)
     # Values matter only when sampling starts from the latent (denoise < 1); otherwise only its shape is used.
     z = check_latent(latent.get("samples") if isinstance(latent, dict) else None, "latent", dit=model,
-                     values=denoise < 1.0)
+                     values=denoise < 1.0 or first_frame is not None)
     b, _, t, h, w = z.shape
+    sf = latent_geometry(model)[2]  # 8, or 16 for the Wan 2.2 VAE's 48-channel latents
     if schedule == DISTILL and denoise != 1.0:
         raise ValueError("schedule lightx2v_distill starts from pure noise: set denoise to 1")
     sigmas = tuple(distill_sigmas(steps, shift)) if schedule == DISTILL else None
-    cfg = GenerationConfig(width=w * 8, height=h * 8, frames=(t - 1) * 4 + 1, steps=steps, guidance=guidance,
+    cfg = GenerationConfig(width=w * sf, height=h * sf, frames=(t - 1) * 4 + 1, steps=steps, guidance=guidance,
                            shift=shift, solver=cast(Solver, solver), seed=seed, sigmas=sigmas, denoise=denoise,
                            convention="custom" if sigmas else SCHEDULES[schedule])
     cfg.validate()  # the solver name came from a client: refused here unless it is one of SOLVER_NAMES
@@ -59,19 +62,39 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, gu
     start = z if denoise < 1.0 else None
     if start is not None and not start.abs().sum() > 0:
         raise ValueError("denoise < 1 needs a latent to start from (e.g. from WanCore VAE Encode), not an empty one")
+    if first_frame is not None:
+        start = None
+    guidances = [model.guidance_for(n, guidance) for n in EXPERTS] if is_moe(model) else [guidance]
     callback, bar = host.progress_callback(steps, "sampling", preview=_preview)
     with host.on_device(model) as dit, torch.inference_mode(), bar:
-        activate_loras(dit)  # the LoRA stack this model output carries (WanCoreLoRA), onto the shared weights
+        for expert in ([dit.expert(n) for n in EXPERTS] if is_moe(dit) else [dit]):
+            activate_loras(expert)  # the LoRA stack the model output carries (WanCoreLoRA), onto the shared weights
         pipe = WanPipeline(dit=dit)
         device = dit.device
         guide = NAGAttention(dit, [u.to(device) for u in uncond], nag) if nag else contextlib.nullcontext()
         with guide:
             out = pipe.sample_latents([c.to(device) for c in cond],
-                                      [u.to(device) for u in uncond] if guidance != 1.0 else None, cfg,
-                                      latent=start, callback=callback, interrupt=_interrupt, cache=cache,
-                                      image=image_cond)
+                                      [u.to(device) for u in uncond] if any(g != 1.0 for g in guidances) else None,
+                                      cfg, latent=start, callback=callback, interrupt=_interrupt, cache=cache,
+                                      image=image_cond, first_frame=first_frame)
     host.show_text(pipe.cache_report.text())  # "cache <method>: <computed>/<total> DiT evaluations" + details
-    return ({"samples": out.to(host.intermediate_device()), "downscale_ratio_spacial": 8},)
+    return ({"samples": out.to(host.intermediate_device()), "downscale_ratio_spacial": sf},)
+
+
+def first_frame_of(latent) -> torch.Tensor | None:
+    """The start image's raw latent ``[B, 48, 1, h, w]`` of a TI2V-5B first-frame LATENT: 48 channels and a
+    ``noise_mask`` that is 0 on latent frame 0 and 1 elsewhere (docs/wan22.md section 6); None otherwise."""
+    if not isinstance(latent, dict) or latent.get("noise_mask") is None:
+        return None
+    z, mask = latent.get("samples"), latent["noise_mask"]
+    if not isinstance(z, torch.Tensor) or z.dim() != 5 or z.shape[1] != latent_format.WAN22_CHANNELS:
+        raise ValueError("latent: a noise_mask is only understood on a Wan 2.2 TI2V-5B latent (48 channels, first "
+                         "frame fixed: WanCore Image to Video Latent (Wan 2.2 TI2V-5B))")
+    if mask.dim() < 3 or mask.shape[-3] != z.shape[2] or not (mask[..., :1, :, :] == 0).all() or \
+            not (mask[..., 1:, :, :] == 1).all():
+        raise ValueError("latent: noise_mask must be 0 on latent frame 0 and 1 elsewhere (a first-frame latent); "
+                         "other masks are not supported")
+    return z[:, :, :1]
 
 
 def _interrupt() -> bool:

@@ -40,7 +40,8 @@ def decode(vae, samples: dict, tiling: str = "auto", tile_size: int = 256, overl
         raise ValueError(tiles)
     progress, bar = _decode_progress()
     with host.on_device(vae) as v, torch.inference_mode(), bar:
-        video = v.decode(z.to(v.device, v.dtype), tiling=tiling, tile=tile_size // 8, overlap=overlap // 8,
+        sf = v.config.spatial_factor  # 8, or 16 for the Wan 2.2 VAE
+        video = v.decode(z.to(v.device, v.dtype), tiling=tiling, tile=tile_size // sf, overlap=overlap // sf,
                          progress=progress, interrupt=host.check_interrupt)
     return (video_to_image(video).to(host.intermediate_device()),)
 
@@ -58,7 +59,7 @@ def encode(vae, image: torch.Tensor, tiling: str = "auto"):
     with host.on_device(vae) as v, torch.inference_mode(), bar:
         z = v.encode(image_to_video(image).to(v.device, v.dtype), tiling=tiling, progress=progress,
                      interrupt=host.check_interrupt)
-    return ({"samples": z.to(host.intermediate_device()), "downscale_ratio_spacial": 8},)
+    return ({"samples": z.to(host.intermediate_device()), "downscale_ratio_spacial": vae.config.spatial_factor},)
 
 
 DECODE = NodeSpec(

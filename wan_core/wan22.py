@@ -155,6 +155,9 @@ class MoECacheReport:
     def text(self) -> str:
         return "; ".join(f"{name}-noise expert: {r.text()}" for name, r in self.reports.items())
 
+    def line(self) -> str:
+        return "; ".join(f"{name}-noise expert: {r.line()}" for name, r in self.reports.items())
+
 
 @contextlib.contextmanager
 def attached(sessions: dict[str, Any], moe: WanMoE):
