@@ -27,6 +27,7 @@ WORKFLOWS = ROOT / "workflows"
 NAMES = ("t2v_basic", "t2v_fast", "t2v_long_tiled", "t2v_native_mix", "t2v_cached", "t2v_demo", "native_t2v_fast",
          "i2v_wan21", "flf2v_wan21")
 NAMES += ("t2v_distill",)  # WanCoreLoRA + the distilled 4-step schedule (docs/lora.md section 5)
+NAMES += ("t2v_multi_gpu",)  # WanCoreContextParallel: runs on a 2-process CPU pool here (docs/parallel.md)
 # Graphs on ComfyUI's native MODEL (UNETLoader, KSampler): run end to end by tests/nodes/test_native_comfy.py
 NATIVE_MODEL = ("native_t2v_fast",)
 # Core ComfyUI node ids the workflows may use (read from ComfyUI 0.33's nodes.py / comfy_extras).
@@ -470,7 +471,12 @@ def test_api_workflow_runs_end_to_end(name, pack, catalog, build, tiny_models_di
                 assert not value_problems(node["class_type"], i, node["inputs"][i.name], build)
     frames, height, width = (9, 48, 96) if name == "t2v_long_tiled" else (5, 48, 64)
     records: dict = {}
-    run_api_workflow(api, pack, _stand_ins(pack, records))
+    try:
+        run_api_workflow(api, pack, _stand_ins(pack, records))
+    finally:
+        from wan_core.parallel import shutdown_pools
+
+        shutdown_pools()  # t2v_multi_gpu started a worker pool: its process group must not outlive the test
     saved = records["save_video"]["video"]
     assert saved["fps"] == (8.0 if name == "t2v_demo" else 16.0)
     images = saved["images"]
