@@ -4,12 +4,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import cache, conditioning, i2v, latent, lora, models, native, prompt_rewrite, sampler, vae, wan22
+from . import cache, conditioning, i2v, latent, lora, models, native, parallel, prompt_rewrite, sampler, vae, wan22
 from .declare import NodeSpec, v1_class, v3_class
 
 NODE_SPECS: tuple[NodeSpec, ...] = (
     *models.NODES, *conditioning.NODES, *prompt_rewrite.NODES, *latent.NODES, *sampler.NODES, *cache.NODES,
-    *vae.NODES, *native.NODES, *lora.NODES, *i2v.NODES, *wan22.NODES,
+    *vae.NODES, *native.NODES, *lora.NODES, *i2v.NODES, *parallel.NODES, *wan22.NODES,
 )
 
 LOG = logging.getLogger("WanCore")
