@@ -128,6 +128,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="diffusion cache: exact (same output), wan (~1.6-2x less DiT work), teacache, magcache, "
                         "easycache (~2-2.8x, approximate), off; see docs/caches.md")
     parallel_cli.add_arguments(g)
+    mem = g.add_argument_group("memory (see docs/memory.md)")
+    mem.add_argument("--blocks-to-swap", type=int, default=0, metavar="N",
+                     help="keep the last N DiT blocks in pinned CPU memory and stream them to the GPU (30 in "
+                          "1.3B, 40 in 14B); same output, less VRAM")
+    mem.add_argument("--prefetch", type=int, default=1, metavar="P",
+                     help="with --blocks-to-swap: blocks copied ahead of the one running")
+    mem.add_argument("--compile-blocks", action="store_true",
+                     help="torch.compile the DiT blocks (one compile shared by all; first step slower)")
+    mem.add_argument("--text-encoder-offload", choices=["release", "keep", "cpu"], default="release",
+                     help="release: freed after encoding; keep: stays on the device; cpu: encode on the CPU")
+    mem.add_argument("--vae-offload", choices=["decode", "keep"], default="decode",
+                     help="decode: in CPU memory until the decode")
+    mem.add_argument("--dit-offload", choices=["release", "keep"], default="release",
+                     help="release: freed after sampling, before the decode")
     o = g.add_argument_group("output")
     o.add_argument("--fps", type=int, default=None, help="frames per second, 1 to 120 (default 16; demo 8)")
     o.add_argument("--tiling", choices=["auto", "on", "off"], default="auto", help="VAE decode tiling")
@@ -176,6 +190,10 @@ def check_args(args) -> list[str]:
         if problem:
             problems.append(problem)
     problems += parallel_cli.problems(args)
+    if args.blocks_to_swap < 0:
+        problems.append(f"--blocks-to-swap {args.blocks_to_swap}: must be an integer >= 0")
+    if args.prefetch < 0:
+        problems.append(f"--prefetch {args.prefetch}: must be an integer >= 0 (blocks copied ahead; 1 is usual)")
     if args.gemm == "scaled_mm" and not args.weights:
         problems.append("--gemm scaled_mm needs fp8 weights: add --weights fp8_scaled (or fp8_e4m3fn)")
     given = [f"--{flag.replace('_', '-')}" for flag in ("dit", "vae", "text_encoder") if getattr(args, flag)]
@@ -363,12 +381,52 @@ def load_models(args, device, files: dict | None = None):
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     dtype = dtypes.get(args.dtype) if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else None)
     te_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    dit = load_dit(files["dit"].path, dtype=dtype, device=device, progress=_tqdm_progress("loading DiT"),
-                   **_accel(args))
-    vae = load_vae(files["vae"].path, dtype=torch.float32 if device.type == "cpu" else torch.bfloat16, device=device)
-    te = load_text_encoder(files["text_encoder"].path, tokenizer=args.tokenizer, dtype=te_dtype, device=device,
+    policy = offload_policy(args)  # where each part waits until its stage (docs/memory.md section 3)
+    swapping = getattr(args, "blocks_to_swap", 0) and device.type == "cuda"  # swapped blocks never touch the GPU
+    dit = load_dit(files["dit"].path, dtype=dtype, device="cpu" if swapping else policy.load_device("dit", device),
+                   progress=_tqdm_progress("loading DiT"), **_accel(args))
+    vae = load_vae(files["vae"].path, dtype=torch.float32 if device.type == "cpu" else torch.bfloat16,
+                   device=policy.load_device("vae", device))
+    te = load_text_encoder(files["text_encoder"].path, tokenizer=args.tokenizer, dtype=te_dtype,
+                           device=policy.load_device("text_encoder", device),
                            progress=_tqdm_progress("loading text encoder"))
     return dit, vae, te
+
+
+def offload_policy(args):
+    """The --*-offload flags as a ``wan_core.memory.offload.OffloadPolicy``."""
+    from .memory.offload import OffloadPolicy
+
+    return OffloadPolicy(text_encoder=getattr(args, "text_encoder_offload", "release"),
+                         vae=getattr(args, "vae_offload", "decode"), dit=getattr(args, "dit_offload", "release"))
+
+
+def dit_block_count(files: dict | None) -> int | None:
+    """The DiT's block count from its file header (None for the tiny-random preset)."""
+    if not files or "dit" not in files:
+        return None
+    from .checkpoint import is_quant_aux_key
+    from .dit.loader import official_state_dict
+
+    sd = official_state_dict(files["dit"].path)
+    return len({k.split(".")[1] for k in sd if k.startswith("blocks.") and not is_quant_aux_key(k)}) or None
+
+
+def prepare_dit(args, dit, device):
+    """The DiT on ``device`` for sampling: block swap (--blocks-to-swap/--prefetch) or a plain move, then
+    --compile-blocks. Notes (swap a no-op on the CPU, compile unavailable) go to stderr as one line."""
+    from .memory import compile_blocks, enable_block_swap
+    from .memory.offload import move
+
+    if args.blocks_to_swap and device.type == "cuda":
+        swap = enable_block_swap(dit, min(args.blocks_to_swap, len(dit.blocks)), args.prefetch, device=device)
+        print(f"wan_core: {swap} ({swap.offload_bytes() / 2**30:.2f} GiB of blocks in pinned RAM)", file=sys.stderr)
+    else:
+        move(dit, device)
+    if args.compile_blocks:
+        compile_blocks(dit, device=device)  # a CompileUnavailableWarning says why not, in one line
+
+
 
 
 def output_metadata(args, cfg, files: dict | None) -> dict:
@@ -428,6 +486,14 @@ def cmd_generate(args) -> int:
         for part, f in files.items():
             print(f"wan_core: {PART_LABELS[part]}: {f.path} ({f.what})", file=sys.stderr)
     check_memory(args, device, files["dit"].size if files else None)
+    from .memory import check_swap_options
+
+    try:  # block swap options against the device and the file's block count, before loading
+        note = check_swap_options(args.blocks_to_swap, args.prefetch, device, dit_block_count(files))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if note:
+        print(f"wan_core: {note}", file=sys.stderr)
 
     t0 = time.perf_counter()
     dit, vae, te = load_models(args, device, files)
@@ -435,15 +501,37 @@ def cmd_generate(args) -> int:
     if args.preset == "tiny-random":
         print("wan_core: preset tiny-random uses RANDOM weights: the output is noise (it exercises the chain).",
               file=sys.stderr)
-    pipe = WanPipeline(parallel_cli.wrap(dit, args), vae, te)
+    from .memory.accounting import MemoryMeter, model_bytes
+    from .memory.offload import move, release
+    from .pipeline import check_models
+
+    check_models(dit, vae, te)  # before the text encoder runs
+    policy = offload_policy(args)
+    meter = MemoryMeter(device)  # peak per stage, printed at the end (docs/memory.md section 5)
+    pipe = WanPipeline(None, vae, te)
     with torch.inference_mode():
-        cond, uncond = pipe.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=uses_negative(args))
-        attach_nag(args, dit, uncond)  # NAG hooks when --nag-scale is not 1
-        with tqdm(total=cfg.steps, desc="sampling", unit="step", disable=rank > 0) as bar:
-            latents = pipe.sample_latents(cond, uncond, cfg, callback=lambda i, n, x, x0: bar.update(1),
-                                          cache=args.cache)
+        with meter.stage("text encoding", model_bytes(te, device)):
+            cond, uncond = pipe.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=uses_negative(args))
+            attach_nag(args, dit, uncond)  # NAG hooks when --nag-scale is not 1
+        if policy.text_encoder == "release":  # the embeddings are all the sampler needs
+            release(te)
+            pipe.text_encoder = te = None
+        prepare_dit(args, dit, device)
+        pipe.dit = parallel_cli.wrap(dit, args)
+        with meter.stage("sampling", model_bytes(dit, device)):
+            with tqdm(total=cfg.steps, desc="sampling", unit="step", disable=rank > 0) as bar:
+                latents = pipe.sample_latents(cond, uncond, cfg, callback=lambda i, n, x, x0: bar.update(1),
+                                              cache=args.cache)
         print(pipe.cache_report.line(), file=sys.stderr)  # "cache <preset>: <computed>/<total> DiT evaluations"
-        video = pipe.decode(latents, tiling=args.tiling, progress=_tqdm_progress("decoding", "chunk", leave=True))
+        if policy.dit == "release":
+            release(dit)
+            pipe.dit = dit = None
+        move(vae, device)
+        with meter.stage("decoding", model_bytes(vae, device)):
+            video = pipe.decode(latents, tiling=args.tiling, progress=_tqdm_progress("decoding", "chunk", leave=True))
+    if rank == 0:
+        for line in meter.lines():
+            print(f"wan_core: {line}", file=sys.stderr)
     if not parallel_cli.is_writer():  # torchrun: only rank 0 writes the video
         parallel_cli.finish()
         return 0

@@ -301,14 +301,16 @@ class BlockSwap:
                 if i in self._slots:
                     self._hooks.append(block.register_forward_hook(self._make_post(i)))
 
-    def remove(self) -> None:
-        """Undo: every block on ``device``, hooks removed, ``model.text_kv`` restored."""
+    def remove(self, bring_back: bool = True) -> None:
+        """Undo: hooks removed, ``model.text_kv`` restored and (``bring_back``) every block on ``device``;
+        with ``bring_back=False`` the swapped blocks stay in offload memory (e.g. to release the model)."""
         for h in self._hooks:
             h.remove()
         self._hooks = []
         for slot in self._slots.values():
             self._drop(slot)
-            slot.block.to(self.device)
+            if bring_back:
+                slot.block.to(self.device)
         self._slots = {}
         if self._patched_text_kv:
             del self.model.text_kv
