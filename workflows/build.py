@@ -269,7 +269,7 @@ def workflows() -> list[Workflow]:
         Node(7, "VAEDecode", {}, {"samples": (6, 0), "vae": (3, 0)}),
         *_output(7, "video/WanCore_native"),
     ])
-    return [basic, long_tiled, native, distill_workflow(),
+    return [basic, long_tiled, native, distill_workflow(), multi_gpu_workflow(),
             fast_workflow(), cached_workflow(), demo_workflow(), native_fast_workflow(),
             *image_workflows()]
 
@@ -394,6 +394,28 @@ def distill_workflow() -> Workflow:
         *_output(7, "video/WanCore_distill"),
         Node(10, "WanCoreLoRA", {"lora_name": LORA_DISTILL, "strength": 1.0, "mode": "merged"}, {"model": (1, 0)}),
         Node(11, "WanCoreNAG", {"scale": 11.0, "tau": 2.5, "alpha": 0.25}, {"embeds": (4, 0)}),
+    ])
+
+
+def multi_gpu_workflow() -> Workflow:
+    """t2v_basic with a WanCoreContextParallel node between the model loader and the sampler (docs/parallel.md)."""
+    sampler = _sampler()
+    sampler.links["model"] = (10, 0)
+    return Workflow("t2v_multi_gpu", "## WanCore: one video on two GPUs\n"
+                    "As t2v_basic, with **WanCore Context Parallel** after the model loader: the video's tokens "
+                    "are split over 2 GPUs (Ulysses 2: the attention heads are exchanged with one all-to-all), "
+                    "same video as on one GPU. A worker process loads the model file on the second GPU the first "
+                    "time and is reused by later prompts. Ulysses must divide the heads (12 for 1.3B, 40 for 14B); "
+                    "*ring* covers the rest (e.g. 8 GPUs on 1.3B: ulysses 4, ring 2); *cfg_parallel* puts cond and "
+                    "uncond on different GPUs (needs guidance != 1). See docs/parallel.md.\n" + _FILES_NOTE, [
+        *_loaders(),
+        _encode(PROMPT),
+        Node(5, "WanCoreEmptyLatent", {"width": 832, "height": 480, "frames": 81, "batch_size": 1}),
+        sampler,
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, "video/WanCore_multi_gpu"),
+        Node(10, "WanCoreContextParallel", {"devices": 2, "ulysses": 2, "ring": 1, "cfg_parallel": False},
+             {"model": (1, 0)}),
     ])
 
 
