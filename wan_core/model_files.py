@@ -36,6 +36,7 @@ class ModelFile:
     what: str
     problem: str | None = None
     size: str | None = None  # DiT only: "1.3B" | "14B" (wan_core.estimate.MODELS) or None for other widths
+    channels: int | None = None  # DiT / VAE: latent channels, 16 (Wan 2.1 VAE) or 48 (Wan 2.2 VAE, TI2V-5B)
 
     @property
     def ok(self) -> bool:
@@ -66,12 +67,17 @@ def _identify_dit(path: Path) -> ModelFile:
     size = next((name for name, m in MODELS.items() if m["dim"] == cfg.dim and m["num_layers"] == cfg.num_layers),
                 None)
     what = f"Wan DiT {size or f'dim {cfg.dim}, {cfg.num_layers} blocks'}"
+    if cfg.in_dim == cfg.out_dim == 48 and not any(k.startswith("img_emb.") for k in sd):
+        name = "Wan 2.2 TI2V-5B DiT" if size == "5B" else f"Wan 2.2 48-channel DiT dim {cfg.dim}"
+        return ModelFile(path, "dit", name, size=size, channels=48)  # docs/wan22.md section 5
     if cfg.in_dim != 16 or cfg.out_dim != 16:
         kind = "image-to-video" if cfg.in_dim == 36 else f"{cfg.in_dim}-channel"
         return ModelFile(path, "dit", what, problem=f"a {kind} DiT, not Wan 2.1 text-to-video (16 channels)")
     if any(k.startswith("img_emb.") for k in sd):
         return ModelFile(path, "dit", what, problem="an image-to-video DiT (it has an image embedding)")
-    return ModelFile(path, "dit", f"Wan 2.1 T2V DiT {size or f'dim {cfg.dim}'}", size=size)
+    expert = expert_from_name(path)  # a Wan 2.2 A14B expert is shaped as the 2.1 14B: only the name tells
+    note = f" (Wan 2.2 A14B {expert}-noise expert, by its name)" if expert else ""
+    return ModelFile(path, "dit", f"Wan 2.1 T2V DiT {size or f'dim {cfg.dim}'}{note}", size=size, channels=16)
 
 
 def _identify_vae(path: Path) -> ModelFile:
@@ -88,11 +94,10 @@ def _identify_vae(path: Path) -> ModelFile:
         sd = to_official(sd)
     if "conv2.weight" in sd and sd.shape("conv2.weight")[0] == 48 or (
             "encoder.conv1.weight" in sd and sd.shape("encoder.conv1.weight")[1] == 12):
-        # the folder search serves the Wan 2.1 pipeline; a Wan 2.2 VAE is passed by path (docs/wan22.md section 5)
-        return ModelFile(path, "vae", "Wan 2.2 VAE (48 latent channels)",
-                         problem="the Wan 2.2 VAE (48 latent channels, for the TI2V-5B DiT); pass it with --vae")
+        # for the TI2V-5B DiT; the folder search picks it only for a 48-channel DiT (docs/wan22.md section 5)
+        return ModelFile(path, "vae", "Wan 2.2 VAE (48 latent channels)", channels=48)
     cfg = detect_vae_config({k: tuple(sd.shape(k)) for k in sd if not is_quant_aux_key(k)}, str(path))
-    return ModelFile(path, "vae", f"Wan 2.1 VAE ({cfg.z_dim} latent channels)")
+    return ModelFile(path, "vae", f"Wan 2.1 VAE ({cfg.z_dim} latent channels)", channels=cfg.z_dim)
 
 
 def _identify_text_encoder(path: Path) -> ModelFile:
@@ -121,13 +126,29 @@ def candidates(models_dir: str | Path, part: str) -> list[Path]:
     return found
 
 
-def find_model(models_dir: str | Path, part: str) -> ModelFile:
-    """The one file in ``models_dir`` that is a usable ``part``; ``ValueError`` (one line) when there is none
+def expert_from_name(path: str | Path) -> str | None:
+    """"high" / "low" when a file or folder name says which Wan 2.2 A14B expert it is (ComfyUI's
+    ``wan2.2_t2v_high_noise_14B_*.safetensors``, the official ``high_noise_model/`` folders), else None."""
+    parts = [p.lower().replace("-", "_") for p in Path(path).parts[-2:]]
+    for expert in ("high", "low"):
+        if any(f"{expert}_noise" in p or f"{expert}noise" in p for p in parts):
+            return expert
+    return None
+
+
+def find_model(models_dir: str | Path, part: str, channels: int | None = None) -> ModelFile:
+    """The one file in ``models_dir`` that is a usable ``part`` (a VAE of ``channels`` latent channels, 16 by
+    default); ``ValueError`` (one line) when there is none
     (naming what each candidate is instead) or several (listing them: pass one explicitly)."""
     root = Path(models_dir).expanduser()
     if not root.is_dir():
         raise ValueError(f"--models-dir {root}: no such folder")
     files = [identify(p, part) for p in candidates(root, part)]
+    if part == "vae":  # the VAE whose latents the DiT takes: 16 channels unless told (docs/wan22.md section 5)
+        want = channels or 16
+        files = [f if not f.ok or f.channels in (None, want) else
+                 ModelFile(f.path, part, f.what, problem=f"{f.what}: the DiT needs {want}-channel latents")
+                 for f in files]
     usable = [f for f in files if f.ok]
     flag = "--" + part.replace("_", "-")
     where = ", ".join(f"{root / d}" for d in FOLDERS[part])
