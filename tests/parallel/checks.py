@@ -49,6 +49,15 @@ def attention(rank: int, world: int, names: tuple[str, ...] = tuple(ATTN_LAYOUTS
                     err = (out[:, :, :real].double() - want[:, :, :real].double()).abs().max().item() if real else 0.0
                     tag = "" if sparse is None else f"_skiparse{sparse[1]}"
                     errors[f"{name}_{str(dtype)[6:]}_L{length}{tag}"] = err
+        if pc.ring > 1:  # control: the same ring without excluding the padded keys must be visibly wrong
+            gen = torch.Generator().manual_seed(13)
+            q, k, v = (torch.randn(2, 4, 13, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+            lp = padded_length(13, pc.sp)
+            local = [_chunk(t, lp, pc.sp, g.sp_rank) for t in (q, k, v)]
+            out = usp_attention(*local, length=lp, ulysses_group=g.ulysses_group, ring_group=g.ring_group)
+            want = _chunk(F.scaled_dot_product_attention(q, k, v), lp, pc.sp, g.sp_rank)
+            real = max(0, min(lp // pc.sp, 13 - g.sp_rank * (lp // pc.sp)))
+            errors[f"control_{name}_padding_not_masked"] = (out[:, :, :real] - want[:, :, :real]).abs().max().item()
     return errors
 
 
@@ -149,3 +158,23 @@ def vae_decode(rank: int, world: int) -> dict[str, float]:
         return {"vae_none_elsewhere": float(out is not None)}
     assert out is not None
     return {"vae_decode": (out - ref).abs().max().item(), "vae_none_elsewhere": 0.0}
+
+
+def load_dying_dit(path: str, after: int = 4, **kwargs):
+    """A loaded DiT whose block 1 ends its process (``os._exit(17)``) on its ``after``-th call: in the middle of a
+    forward, after block 0's collectives, while rank 0 waits in the next one (pool failure test)."""
+    import os
+
+    import wan_core
+
+    dit = wan_core.load_dit(path, **kwargs)
+    block = dit.blocks[1]
+    calls = [0]
+
+    def pre_hook(module, args):
+        calls[0] += 1
+        if calls[0] >= after:
+            os._exit(17)
+
+    block.register_forward_pre_hook(pre_hook)
+    return dit

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 import wan_core
 from wan_core.parallel import ParallelConfig
-from wan_core.parallel.pool import WorkerError, WorkerPool, get_pool, shutdown_pools
+from wan_core.parallel.pool import LoadSpec, WorkerError, WorkerPool, get_pool, shutdown_pools
 from wan_core.pipeline import GenerationConfig, WanPipeline
 
 CHECKS = Path(__file__).with_name("checks.py")
@@ -81,11 +81,19 @@ def test_pool_two_prompts_kill_and_restart(model_file):
         assert not [p for p in __import__("multiprocessing").active_children() if p.name.startswith("wancore-cp")]
         with pytest.raises(WorkerError, match="shut down"):
             _run(pool.model, 1)
-        # a fresh pool (here Ring instead of Ulysses: a resize) works afterwards
-        pool2 = get_pool(dit, ParallelConfig(ring=2), ["cpu", "cpu"])
+        # a fresh pool (here Ring instead of Ulysses: a resize) works afterwards; its worker's model ends its
+        # process inside block 1 of the 7th block-stack run (3 steps x cond + uncond: the second prompt's first),
+        # while rank 0 waits in a collective
+        spec = LoadSpec(f"{CHECKS}:load_dying_dit", (str(model_file),), {"after": 7, "config": dit.config})
+        pool2 = get_pool(dit, ParallelConfig(ring=2), ["cpu", "cpu"], spec=spec)
         assert pool2 is not pool
         assert (_run(pool2.model, 2) - refs[2]).abs().max().item() <= 1e-4
         procs = pool2.procs
+        start = time.monotonic()
+        with pytest.raises(WorkerError, match=r"rank 1.*exit code 17.*pool was shut down"):
+            _run(pool2.model, 2)
+        assert time.monotonic() - start < 30
+        assert pool2.closed and not dist.is_initialized()
     finally:
         shutdown_pools()
     assert not any(p.is_alive() for p in procs) and not dist.is_initialized()
