@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .estimate import SIZE_LIMITS
+from . import wan22_cli
 from .parallel import cli as parallel_cli
 from .video_io import OUTPUT_KINDS
 
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--dit", help="Wan 2.1 T2V DiT file or diffusers folder (wins over --models-dir)")
     models.add_argument("--vae", help="Wan 2.1 VAE file (Wan2.1_VAE.pth, wan_2.1_vae.safetensors)")
     models.add_argument("--text-encoder", help="umT5-XXL file (official .pth or ComfyUI umt5_xxl_*.safetensors)")
+    wan22_cli.add_arguments(models)
     models.add_argument("--tokenizer", help="folder with spiece.model or tokenizer.json (if not embedded)")
     models.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                         help="DiT weight dtype (auto: bf16 on GPU, as stored on CPU)")
@@ -451,11 +453,11 @@ def cmd_generate(args) -> int:
               "moving in four directions, docs/demo_model.md); pass --models-dir or --dit/--vae/--text-encoder "
               "for Wan 2.1", file=sys.stderr)
     presets: dict[str, Mapping[str, object]] = {"tiny-random": TINY_DEFAULTS, "demo": DEMO_DEFAULTS}
-    defaults = presets.get(args.preset, FULL_DEFAULTS)
+    defaults = wan22_cli.defaults(args, presets.get(args.preset, FULL_DEFAULTS))
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    problems = check_args(args)
+    problems = check_args(args) + wan22_cli.problems(args)
     if problems:
         raise UsageError("; ".join(problems))
 
@@ -477,6 +479,7 @@ def cmd_generate(args) -> int:
         cfg.validate()
     except ValueError as e:
         raise UsageError(str(e)) from None
+    wan22_cli.prepare_files(args)  # --dit-high stands for the DiT; a TI2V-5B DiT takes the Wan 2.2 VAE
     rank, device = parallel_cli.setup(_device(args.device))  # torchrun: join the group, one GPU per rank
     files = None
     if args.preset == "demo":
@@ -497,6 +500,7 @@ def cmd_generate(args) -> int:
 
     t0 = time.perf_counter()
     dit, vae, te = load_models(args, device, files)
+    dit = wan22_cli.with_low_noise_expert(args, dit, _accel(args))  # --dit-low: a WanMoE
     apply_loras(args, dit)
     if args.preset == "tiny-random":
         print("wan_core: preset tiny-random uses RANDOM weights: the output is noise (it exercises the chain).",
@@ -516,7 +520,7 @@ def cmd_generate(args) -> int:
         if policy.text_encoder == "release":  # the embeddings are all the sampler needs
             release(te)
             pipe.text_encoder = te = None
-        prepare_dit(args, dit, device)
+        wan22_cli.prepare_dit(args, dit, device, prepare_dit)
         pipe.dit = parallel_cli.wrap(dit, args)
         with meter.stage("sampling", model_bytes(dit, device)):
             with tqdm(total=cfg.steps, desc="sampling", unit="step", disable=rank > 0) as bar:

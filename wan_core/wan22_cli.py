@@ -1,0 +1,131 @@
+"""Command-line pieces for Wan 2.2 (docs/wan22.md section 6): ``--dit-high/--dit-low`` (the two A14B experts),
+``--boundary``, ``--guidance-low``, and the official defaults of A14B and TI2V-5B. ``__main__`` calls these at
+fixed points; nothing here imports torch at parse time."""
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from .wan22 import T2V_A14B, TI2V_5B
+
+A14B_DEFAULTS = {"steps": T2V_A14B["steps"], "shift": T2V_A14B["shift"], "guidance": T2V_A14B["guidance_high"],
+                 "fps": T2V_A14B["fps"]}
+TI2V_DEFAULTS = {"width": TI2V_5B["width"], "height": TI2V_5B["height"], "frames": TI2V_5B["frames"],
+                 "steps": TI2V_5B["steps"], "guidance": TI2V_5B["guidance"], "shift": TI2V_5B["shift"],
+                 "fps": TI2V_5B["fps"]}
+
+
+def add_arguments(group) -> None:
+    group.add_argument("--dit-high", help="Wan 2.2 A14B high-noise expert (file or diffusers folder), with --dit-low: "
+                                          "one model switching experts inside the run (docs/wan22.md)")
+    group.add_argument("--dit-low", help="Wan 2.2 A14B low-noise expert (file or diffusers folder)")
+    group.add_argument("--boundary", type=float, default=None,
+                       help="A14B: the low-noise expert takes over below timestep boundary x 1000 (T2V 0.875, "
+                            "I2V 0.9)")
+    group.add_argument("--guidance-low", type=float, default=None,
+                       help="A14B: guidance of the low-noise expert; --guidance is the high-noise one's "
+                            "(official T2V 3.0 / 4.0)")
+
+
+def is_moe(args) -> bool:
+    return bool(getattr(args, "dit_high", None) or getattr(args, "dit_low", None))
+
+
+def _dit_channels(path: str | None) -> int | None:
+    if not path or not Path(path).expanduser().exists():
+        return None
+    from .model_files import identify
+
+    f = identify(Path(path).expanduser(), "dit")
+    return f.channels if f.ok else None
+
+
+def defaults(args, base: Mapping[str, object]) -> dict[str, object]:
+    """``base`` with the official Wan 2.2 values for A14B experts (40 steps, shift 12, guidance 4 / 3) or a
+    TI2V-5B DiT (1280x704, 121 frames at 24 fps, 50 steps, shift 5, guidance 5); unset flags take them."""
+    if is_moe(args):
+        return {**base, **A14B_DEFAULTS}
+    if _dit_channels(getattr(args, "dit", None)) == 48:
+        return {**base, **TI2V_DEFAULTS}
+    return dict(base)
+
+
+def problems(args) -> list[str]:
+    """Wan 2.2 flag problems, each one line naming the flags and the valid choices."""
+    out = []
+    if not is_moe(args):
+        for flag in ("boundary", "guidance_low"):
+            if getattr(args, flag, None) is not None:
+                out.append(f"--{flag.replace('_', '-')} applies to the two A14B experts: give --dit-high and "
+                           f"--dit-low")
+        return out
+    if not (args.dit_high and args.dit_low):
+        out.append("--dit-high and --dit-low go together (the two experts of one Wan 2.2 A14B model)")
+    if args.dit:
+        out.append("--dit with --dit-high/--dit-low: give the two experts only")
+    if args.preset is not None:
+        out.append(f"--preset {args.preset} brings its own model: drop --dit-high/--dit-low or the preset")
+    for flag in ("dit_high", "dit_low"):
+        value = getattr(args, flag)
+        if value and not Path(value).expanduser().exists():
+            out.append(f"--{flag.replace('_', '-')} {value}: no such file or folder")
+    if args.boundary is not None and not 0.0 < args.boundary < 1.0:
+        out.append(f"--boundary {args.boundary}: must lie between 0 and 1 (T2V 0.875, I2V 0.9)")
+    low = T2V_A14B["guidance_low"] if args.guidance_low is None else args.guidance_low
+    if not math.isfinite(low) or low < 0:
+        out.append(f"--guidance-low {low}: must be a finite number >= 0")
+    elif (args.guidance == 1.0) != (low == 1.0):
+        out.append(f"--guidance {args.guidance} with --guidance-low {low}: both experts with guidance 1, or "
+                   f"neither (the negative prompt is encoded once for both)")
+    for flag, what in (("lora", "--lora"), ("blocks_to_swap", "--blocks-to-swap"), ("image", "--image")):
+        if getattr(args, flag, None):
+            out.append(f"{what} with --dit-high/--dit-low is not supported yet; use the nodes (WanCoreLoRA on each "
+                       f"expert) or one expert with --dit")
+    if getattr(args, "nag_scale", 1.0) not in (None, 1.0):
+        out.append("--nag-scale with --dit-high/--dit-low is not supported yet")
+    return out
+
+
+def prepare_files(args) -> None:
+    """Before the model files are resolved: the high-noise expert stands for the DiT (its header is what the
+    file checks and the memory estimate read); a TI2V-5B DiT takes the Wan 2.2 VAE from --models-dir."""
+    if is_moe(args):
+        args.dit = args.dit_high
+    elif args.vae is None and args.models_dir and _dit_channels(args.dit) == 48:
+        from .model_files import find_model
+
+        try:
+            args.vae = str(find_model(args.models_dir, "vae", channels=48).path)
+        except ValueError:
+            pass  # resolve_models names what is missing
+
+
+def with_low_noise_expert(args, dit, accel: dict):
+    """``dit`` (the high-noise expert) and the --dit-low file as one ``WanMoE``; the low-noise expert waits on the
+    CPU when sampling runs on a GPU (moved at the switch, the high-noise one moved out)."""
+    if not is_moe(args):
+        return dit
+    from . import load_dit
+    from .model_files import identify
+    from .wan22 import WanMoE
+
+    print(f"wan_core: low-noise expert: {args.dit_low} ({identify(Path(args.dit_low).expanduser(), 'dit').what})",
+          file=sys.stderr)
+    on_gpu = dit.device.type == "cuda"
+    low = load_dit(Path(args.dit_low).expanduser(), dtype=dit.dtype, device="cpu" if on_gpu else dit.device, **accel)
+    guidance = (args.guidance, T2V_A14B["guidance_low"] if args.guidance_low is None else args.guidance_low)
+    boundary = T2V_A14B["boundary"] if args.boundary is None else args.boundary
+    return WanMoE(dit, low, boundary=boundary, guidance=guidance, offload_device="cpu" if on_gpu else None)
+
+
+def prepare_dit(args, dit, device, prepare: Callable) -> None:
+    """``prepare(args, dit, device)`` (``__main__.prepare_dit``) on the DiT, or on the high-noise expert only of a
+    ``WanMoE`` whose low-noise expert waits on the CPU."""
+    from .wan22 import is_moe as model_is_moe
+
+    if model_is_moe(dit) and dit.offload_device is not None:
+        prepare(args, dit.high_noise, device)
+    else:
+        prepare(args, dit, device)
