@@ -39,7 +39,7 @@ PRESETS = ("demo", "tiny-random")
 INT_RANGES = {"seed": (0, 2**64 - 1), "steps": (1, 1000), "fps": (1, 120), "skiparse_k": (1, 64),
               **{k: SIZE_LIMITS[k] for k in ("width", "height", "frames")}}
 EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 2, 1, 130
-PART_LABELS = {"dit": "DiT", "vae": "VAE", "text_encoder": "text encoder"}
+PART_LABELS = {"dit": "DiT", "vae": "VAE", "text_encoder": "text encoder", "clip_vision": "CLIP vision"}
 
 
 class UsageError(Exception):
@@ -86,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--text-encoder", help="umT5-XXL file (official .pth or ComfyUI umt5_xxl_*.safetensors)")
     wan22_cli.add_arguments(models)
     models.add_argument("--tokenizer", help="folder with spiece.model or tokenizer.json (if not embedded)")
+    models.add_argument("--image", help="start image (PNG, JPEG, ...): image-to-video with a Wan 2.1 I2V DiT "
+                                        "(docs/i2v.md); resized to --width x --height")
+    models.add_argument("--last-image", help="last frame too: first-last-frame video with the Wan 2.1 FLF2V DiT")
+    models.add_argument("--clip-vision", help="CLIP vision file for --image (clip_vision_h.safetensors, or a "
+                                              "transformers folder; found in <models-dir>/clip_vision otherwise)")
     models.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                         help="DiT weight dtype (auto: bf16 on GPU, as stored on CPU)")
     models.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
@@ -196,6 +201,7 @@ def check_args(args) -> list[str]:
         problems.append(f"--blocks-to-swap {args.blocks_to_swap}: must be an integer >= 0")
     if args.prefetch < 0:
         problems.append(f"--prefetch {args.prefetch}: must be an integer >= 0 (blocks copied ahead; 1 is usual)")
+    problems += image_problems(args)
     if args.gemm == "scaled_mm" and not args.weights:
         problems.append("--gemm scaled_mm needs fp8 weights: add --weights fp8_scaled (or fp8_e4m3fn)")
     given = [f"--{flag.replace('_', '-')}" for flag in ("dit", "vae", "text_encoder") if getattr(args, flag)]
@@ -208,6 +214,30 @@ def check_args(args) -> list[str]:
             value = getattr(args, flag)
             if value and not Path(value).expanduser().exists():
                 problems.append(f"--{flag.replace('_', '-')} {value}: no such file or folder")
+    return problems
+
+
+def image_problems(args) -> list[str]:
+    """--image / --last-image / --clip-vision that can be refused before loading anything (docs/i2v.md)."""
+    problems = []
+    image, last, clip = (getattr(args, n, None) for n in ("image", "last_image", "clip_vision"))
+    if last and not image:
+        problems.append("--last-image needs --image (the first frame) too")
+    if clip and not image:
+        problems.append("--clip-vision is used with --image only")
+    if image and args.preset is not None:
+        problems.append(f"--image needs an image-to-video model; --preset {args.preset} is text-to-video: pass "
+                        f"--models-dir or --dit/--vae/--text-encoder/--clip-vision")
+    for flag, value in (("--image", image), ("--last-image", last), ("--clip-vision", clip)):
+        if value and not Path(value).expanduser().exists():
+            problems.append(f"{flag} {value}: no such file or folder")
+        elif value and flag != "--clip-vision":
+            from .i2v import load_image
+
+            try:
+                load_image(value)  # small next to the models: read now, so a bad file fails before loading
+            except ValueError as e:
+                problems.append(f"{flag} {e}")
     return problems
 
 
@@ -291,22 +321,30 @@ def resolve_models(args) -> dict:
     ``--models-dir`` by header. Reads headers only; raises UsageError (one line) for a wrong or ambiguous file."""
     from .model_files import PARTS, find_model, identify
 
-    found = {}
-    for part in PARTS:
+    found: dict = {}
+    image = getattr(args, "image", None)
+    dit_kind = ("dit_flf2v" if getattr(args, "last_image", None) else "dit_i2v") if image else "dit"
+    for part in PARTS + (("clip_vision",) if image else ()):
         explicit = getattr(args, part)
         flag = "--" + part.replace("_", "-")
+        kind = dit_kind if part == "dit" else part  # --image: an I2V / FLF2V DiT (docs/i2v.md section 8)
         if explicit:
-            f = identify(explicit, part)
+            f = identify(explicit, kind)
             if not f.ok:
                 raise UsageError(f"{flag} {explicit}: {f.problem}")
         elif args.models_dir:
             try:
-                f = find_model(args.models_dir, part)
+                f = find_model(args.models_dir, kind)
             except ValueError as e:
+                if part == "clip_vision" and not (found.get("dit") and found["dit"].image_dim):
+                    continue  # an image-to-video DiT without img_emb (Wan 2.2 layout) needs no CLIP
                 raise UsageError(str(e)) from None
         else:
             continue
         found[part] = f
+    if image and found.get("dit") and found["dit"].image_dim and "clip_vision" not in found:
+        raise UsageError(f"{found['dit'].path.name} (Wan 2.1 image-to-video) needs the CLIP vision encoder: pass "
+                         f"--clip-vision clip_vision_h.safetensors (or put it in <models-dir>/clip_vision)")
     missing = ["--" + p.replace("_", "-") for p in PARTS if p not in found]
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (or --models-dir, or --preset tiny-random)")
@@ -446,6 +484,37 @@ def output_metadata(args, cfg, files: dict | None) -> dict:
     return meta
 
 
+def encode_image_condition(args, cfg, dit, vae, files, device):
+    """--image (and --last-image) -> the ``ImageCondition`` of ``cfg``'s size: the request checked against the DiT
+    first, then the CLIP vision encoder loaded, used and released, and the frames VAE-encoded (docs/i2v.md)."""
+    import torch
+
+    from .clip_vision import load_clip_vision
+    from .i2v import check_image_request, image_condition, load_image
+    from .memory.offload import move, release
+
+    try:
+        image = load_image(args.image)
+        last = load_image(args.last_image) if args.last_image else None
+        clip_file = (files or {}).get("clip_vision")
+        check_image_request(dit, last is not None, clip_file is not None, f"the DiT {Path(str(dit.source)).name}")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    clip = None
+    if clip_file is not None and dit.config.image_dim:
+        clip = load_clip_vision(clip_file.path, dtype=torch.float32 if device.type == "cpu" else torch.bfloat16,
+                                device=device)
+    rest = vae.device  # where the offload policy keeps the VAE until decoding
+    move(vae, device)
+    with torch.inference_mode():
+        condition = image_condition(vae, image, cfg.width, cfg.height, cfg.frames, last, clip,
+                                    tiling=args.tiling, progress=_tqdm_progress("encoding image", "chunk"))
+    move(vae, rest)
+    if clip is not None:
+        release(clip.model)  # not needed again in this run
+    return condition
+
+
 def cmd_generate(args) -> int:
     if args.preset is None and not (args.dit or args.vae or args.text_encoder or args.models_dir):
         args.preset = "demo"
@@ -513,6 +582,9 @@ def cmd_generate(args) -> int:
     policy = offload_policy(args)
     meter = MemoryMeter(device)  # peak per stage, printed at the end (docs/memory.md section 5)
     pipe = WanPipeline(None, vae, te)
+    condition = None
+    if getattr(args, "image", None):  # before the text encoder: a bad image or model pairing fails first
+        condition = encode_image_condition(args, cfg, dit, vae, files, device)
     with torch.inference_mode():
         with meter.stage("text encoding", model_bytes(te, device)):
             cond, uncond = pipe.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=uses_negative(args))
@@ -525,7 +597,7 @@ def cmd_generate(args) -> int:
         with meter.stage("sampling", model_bytes(dit, device)):
             with tqdm(total=cfg.steps, desc="sampling", unit="step", disable=rank > 0) as bar:
                 latents = pipe.sample_latents(cond, uncond, cfg, callback=lambda i, n, x, x0: bar.update(1),
-                                              cache=args.cache)
+                                              cache=args.cache, image=condition)
         print(pipe.cache_report.line(), file=sys.stderr)  # "cache <preset>: <computed>/<total> DiT evaluations"
         if policy.dit == "release":
             release(dit)

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from . import latent_format
 from .progress import InterruptFn, ProgressFn
 
-__all__ = ["ImageCondition", "condition_mask", "conditioning_video", "image_condition", "resize_image"]
+__all__ = ["ImageCondition", "check_image_model", "check_image_request", "condition_mask", "conditioning_video",
+           "image_condition", "load_image", "resize_image"]
 
 MASK_CHANNELS = TEMPORAL = latent_format.TEMPORAL_FACTOR  # 4: one mask channel per pixel frame of a latent frame
 
@@ -180,3 +181,24 @@ def check_image_request(dit, last_image: bool, clip_vision: bool, name: str = "t
     if getattr(cfg, "image_dim", 0) and not pos and last_image:
         raise ValueError(f"{name} takes one start image; a last image needs the first-last-frame model "
                          f"(wan2.1_flf2v_720p_14B)")
+
+
+def load_image(path) -> torch.Tensor:
+    """An image file (PNG, JPEG, WebP, ...) -> IMAGE ``[1, H, W, 3]`` float32 in [0, 1] (alpha dropped, palette and
+    greyscale converted to RGB). One-line ``ValueError`` for a missing or unreadable file."""
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(f"{p}: no such image file")
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ModuleNotFoundError:
+        raise ValueError("reading an image needs Pillow: pip install Pillow") from None
+    try:
+        with Image.open(p) as im:
+            rgb = im.convert("RGB")
+    except (UnidentifiedImageError, OSError) as e:
+        raise ValueError(f"{p}: not a readable image ({type(e).__name__})") from None
+    data = torch.frombuffer(bytearray(rgb.tobytes()), dtype=torch.uint8).view(rgb.height, rgb.width, 3)
+    return data.float().div(255)[None]

@@ -20,9 +20,14 @@ from .checkpoint import (
 )
 
 PARTS = ("dit", "vae", "text_encoder")
-PART_NAMES = {"dit": "Wan 2.1 T2V DiT", "vae": "Wan 2.1 VAE", "text_encoder": "umT5 text encoder"}
+# image-to-video (docs/i2v.md section 8): the I2V / FLF2V DiT instead of "dit", and the CLIP vision encoder
+IMAGE_PARTS = ("dit_i2v", "dit_flf2v", "clip_vision")
+PART_NAMES = {"dit": "Wan 2.1 T2V DiT", "vae": "Wan 2.1 VAE", "text_encoder": "umT5 text encoder",
+              "dit_i2v": "image-to-video DiT", "dit_flf2v": "first-last-frame DiT", "clip_vision": "CLIP vision model"}
 # ComfyUI's folder for each part, then its legacy name (folder_paths: "unet" and "clip" are older names)
-FOLDERS = {"dit": ("diffusion_models", "unet"), "vae": ("vae",), "text_encoder": ("text_encoders", "clip")}
+FOLDERS = {"dit": ("diffusion_models", "unet"), "vae": ("vae",), "text_encoder": ("text_encoders", "clip"),
+           "dit_i2v": ("diffusion_models", "unet"), "dit_flf2v": ("diffusion_models", "unet"),
+           "clip_vision": ("clip_vision",)}
 WEIGHT_EXTS = SAFETENSORS_EXTS + PICKLE_EXTS
 
 
@@ -37,6 +42,7 @@ class ModelFile:
     problem: str | None = None
     size: str | None = None  # DiT only: "1.3B" | "14B" (wan_core.estimate.MODELS) or None for other widths
     channels: int | None = None  # DiT / VAE: latent channels, 16 (Wan 2.1 VAE) or 48 (Wan 2.2 VAE, TI2V-5B)
+    image_dim: int = 0  # image-to-video DiT: the CLIP width its img_emb takes (0: no CLIP needed)
 
     @property
     def ok(self) -> bool:
@@ -46,11 +52,14 @@ class ModelFile:
 def identify(path: str | Path, part: str) -> ModelFile:
     """Whether ``path`` (file or diffusers/transformers folder) is a usable ``part`` ("dit" | "vae" |
     "text_encoder"), reading headers only. Never raises for a bad file: the reason is in ``problem``."""
-    if part not in PARTS:
-        raise ValueError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
+    if part not in PARTS + IMAGE_PARTS:
+        raise ValueError(f"part must be one of {', '.join(PARTS + IMAGE_PARTS)}, got {part!r}")
     path = Path(path).expanduser()
     try:
-        return {"dit": _identify_dit, "vae": _identify_vae, "text_encoder": _identify_text_encoder}[part](path)
+        if part in ("dit_i2v", "dit_flf2v"):
+            return _identify_image_dit(path, part)
+        return {"dit": _identify_dit, "vae": _identify_vae, "text_encoder": _identify_text_encoder,
+                "clip_vision": _identify_clip_vision}[part](path)
     except (CheckpointError, KeyError, ValueError, OSError) as e:
         message = str(e.args[0] if isinstance(e, KeyError) and e.args else e).split("\n")[0]
         message = message.removeprefix(f"{path}: ")  # the caller names the file
@@ -78,6 +87,36 @@ def _identify_dit(path: Path) -> ModelFile:
     expert = expert_from_name(path)  # a Wan 2.2 A14B expert is shaped as the 2.1 14B: only the name tells
     note = f" (Wan 2.2 A14B {expert}-noise expert, by its name)" if expert else ""
     return ModelFile(path, "dit", f"Wan 2.1 T2V DiT {size or f'dim {cfg.dim}'}{note}", size=size, channels=16)
+
+
+def _identify_image_dit(path: Path, part: str) -> ModelFile:
+    from .config import detect_dit_config
+    from .dit.loader import official_state_dict
+    from .estimate import MODELS
+
+    sd = official_state_dict(path)
+    cfg = detect_dit_config({k: sd.shape(k) for k in sd if not is_quant_aux_key(k)})
+    size = next((name for name, m in MODELS.items() if m["dim"] == cfg.dim and m["num_layers"] == cfg.num_layers),
+                None)
+    width = size or f"dim {cfg.dim}"
+    if cfg.in_dim != 2 * cfg.out_dim + 4:
+        return ModelFile(path, part, f"Wan DiT {width}",
+                         problem=f"a {cfg.in_dim}-channel DiT, not an image-to-video model (36 channels)")
+    flf = bool(cfg.image_pos_len)
+    what = f"Wan 2.1 {'FLF2V' if flf else 'I2V'} DiT {width}" if cfg.image_dim else f"image-to-video DiT {width}"
+    if flf != (part == "dit_flf2v"):
+        problem = ("a first-last-frame DiT: give --last-image too" if flf else
+                   "a one-image I2V DiT; a last image needs the first-last-frame model (FLF2V)")
+        return ModelFile(path, part, what, problem=problem)
+    return ModelFile(path, part, what, size=size, image_dim=cfg.image_dim)
+
+
+def _identify_clip_vision(path: Path) -> ModelFile:
+    from .clip_vision import _vision_state_dict
+
+    sd = _vision_state_dict(path)
+    hidden = sd.shape("vision_model.embeddings.patch_embedding.weight")[0]
+    return ModelFile(path, "clip_vision", f"CLIP vision model (width {hidden})", image_dim=int(hidden))
 
 
 def _identify_vae(path: Path) -> ModelFile:
@@ -150,7 +189,7 @@ def find_model(models_dir: str | Path, part: str, channels: int | None = None) -
                  ModelFile(f.path, part, f.what, problem=f"{f.what}: the DiT needs {want}-channel latents")
                  for f in files]
     usable = [f for f in files if f.ok]
-    flag = "--" + part.replace("_", "-")
+    flag = "--dit" if part.startswith("dit") else "--" + part.replace("_", "-")
     where = ", ".join(f"{root / d}" for d in FOLDERS[part])
     if len(usable) == 1:
         return usable[0]
@@ -171,4 +210,4 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-__all__ = ["FOLDERS", "PARTS", "ModelFile", "candidates", "find_model", "identify"]
+__all__ = ["FOLDERS", "IMAGE_PARTS", "PARTS", "ModelFile", "candidates", "find_model", "identify"]
