@@ -79,4 +79,5 @@ def test_distributed_vae_decode_two_ranks(two_ranks):
 def test_usp_and_cfg_ulysses_four_ranks():
     worst = _worst(run_local(f"{CHECKS}:everything", 4, ("usp2x2", "cfg2_ulysses2"), ("usp2x2", "cfg2_ulysses2")))
     assert {"usp2x2_float64_L13", "dit_usp2x2", "dit_cfg2_ulysses2", "sampling_usp2x2"} <= set(worst)
+    assert worst.pop("control_usp2x2_padding_not_masked") > 1e-3
     _assert_parity(worst)
