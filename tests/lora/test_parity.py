@@ -48,7 +48,10 @@ def reference_output(setup, files_and_strengths) -> torch.Tensor:
     pipe = WanPipeline(tokenizer=None, text_encoder=None, vae=None, scheduler=None, transformer=ref)
     names = []
     for i, (sd, _) in enumerate(files_and_strengths):
-        pipe.load_lora_weights({k: v.clone() for k, v in sd.items()}, adapter_name=f"l{i}")
+        if isinstance(sd, dict):
+            pipe.load_lora_weights({k: v.clone() for k, v in sd.items()}, adapter_name=f"l{i}")
+        else:  # a file: diffusers reads its header too
+            pipe.load_lora_weights(str(sd.parent), weight_name=sd.name, adapter_name=f"l{i}")
         names.append(f"l{i}")
     pipe.set_adapters(names, [s for _, s in files_and_strengths])
     with torch.no_grad():
@@ -131,3 +134,28 @@ def test_remove_restores_bit_for_bit(setup):
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert torch.equal(run(model, setup), plain)
+
+
+def test_diffusers_saved_file_with_header_alpha(setup, tmp_path):
+    """A LoRA saved by diffusers' ``save_lora_weights`` with lora_alpha != r (kept in the safetensors header as
+    ``lora_adapter_metadata``, not in the keys) and an alpha_pattern for one module."""
+    from diffusers import WanPipeline
+    from peft import LoraConfig, get_peft_model_state_dict
+
+    ref = diffusers_reference(CFG, seed=3)
+    config = LoraConfig(r=4, lora_alpha=8, alpha_pattern={"blocks.1.ffn.net.2": 2},
+                        target_modules=["to_q", "to_k", "to_v", "to_out.0", "net.0.proj", "net.2"],
+                        init_lora_weights=False)
+    ref.add_adapter(config)
+    WanPipeline.save_lora_weights(tmp_path, transformer_lora_layers=get_peft_model_state_dict(ref),
+                                  transformer_lora_adapter_metadata=config.to_dict())
+    path = tmp_path / "pytorch_lora_weights.safetensors"
+    from safetensors.torch import load_file
+
+    expected = reference_output(setup, [(path, 1.0)])
+    model = ours(setup)
+    apply_lora(model, path)
+    assert rel_err(run(model, setup), expected) <= 1e-5
+    keys_only = ours(setup)  # the header is what carries alpha: the keys alone (scale 1) give another output
+    apply_lora(keys_only, load_file(path))
+    assert rel_err(run(keys_only, setup), expected) > 1e-3

@@ -35,10 +35,19 @@ class LoraFile:
     keys: dict[tuple[str, str], str] = field(default_factory=dict)  # (layer, role) -> original key
     other: list[str] = field(default_factory=list)
     alpha: float | None = None
+    alpha_pattern: dict[str, float] = field(default_factory=dict)  # PEFT: module name (suffix) -> alpha
 
     @property
     def name(self) -> str:
         return Path(self.source).name if not self.source.startswith("<") else self.source
+
+    def alpha_for(self, layer: str) -> float | None:
+        """The header's alpha for ``layer`` (PEFT ``alpha_pattern`` by module-name suffix, else ``lora_alpha``)."""
+        name = strip_prefixes(layer)
+        for pattern, value in self.alpha_pattern.items():
+            if name == pattern or name.endswith("." + pattern):
+                return value
+        return self.alpha
 
     def key(self, layer: str, role: str) -> str:
         return self.keys.get((layer, role), f"{layer}.{role}")
@@ -57,17 +66,23 @@ def detect_layout(layers) -> str:
     return "official"
 
 
-def _header_alpha(metadata: dict) -> float | None:
-    """PEFT's ``lora_alpha`` as diffusers writes it into the safetensors header (``lora_adapter_metadata``)."""
-    raw = metadata.get("lora_adapter_metadata") or metadata.get("transformer_lora_adapter_metadata")
+def _header_alpha(metadata: dict) -> tuple[float | None, dict[str, float]]:
+    """PEFT's ``lora_alpha`` and ``alpha_pattern`` as diffusers' ``save_lora_weights`` writes them into the
+    safetensors header: JSON under ``lora_adapter_metadata``, keys prefixed with the component
+    (``"transformer.lora_alpha"``)."""
+    raw = metadata.get("lora_adapter_metadata")
     if not raw:
-        return None
+        return None, {}
     try:
-        meta = json.loads(raw) if isinstance(raw, str) else raw
-        alpha = meta.get("lora_alpha")
-        return None if alpha is None else float(alpha)
-    except (ValueError, AttributeError):
-        return None
+        meta = json.loads(raw) if isinstance(raw, str) else dict(raw)
+    except (ValueError, TypeError):
+        return None, {}
+    alpha = meta.get("transformer.lora_alpha", meta.get("lora_alpha"))
+    pattern = meta.get("transformer.alpha_pattern", meta.get("alpha_pattern")) or {}
+    try:
+        return (None if alpha is None else float(alpha)), {str(k): float(v) for k, v in dict(pattern).items()}
+    except (TypeError, ValueError):
+        return None, {}
 
 
 def from_state_dict(tensors, source: str = "<state dict>", metadata: dict | None = None) -> LoraFile:
@@ -83,7 +98,8 @@ def from_state_dict(tensors, source: str = "<state dict>", metadata: dict | None
         layer, role = parts
         layers.setdefault(layer, {})[role] = t
         keys[(layer, role)] = key
-    return LoraFile(source, detect_layout(layers), layers, keys, other, _header_alpha(metadata or {}))
+    alpha, pattern = _header_alpha(metadata or {})
+    return LoraFile(source, detect_layout(layers), layers, keys, other, alpha, pattern)
 
 
 _CACHE: OrderedDict[tuple, LoraFile] = OrderedDict()

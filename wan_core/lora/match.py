@@ -93,9 +93,9 @@ def _lora_width(patches: list[tuple[Patch, tuple[int, ...]]]) -> int | None:
     return None
 
 
-def _scale(lora: LoraFile, roles: dict[str, torch.Tensor], rank: int) -> float:
+def _scale(lora: LoraFile, layer: str, roles: dict[str, torch.Tensor], rank: int) -> float:
     alpha = roles.get("alpha")
-    value = float(alpha.float().reshape(-1)[0]) if alpha is not None else lora.alpha
+    value = float(alpha.float().reshape(-1)[0]) if alpha is not None else lora.alpha_for(layer)
     return 1.0 if value is None else value / rank
 
 
@@ -136,7 +136,7 @@ def match_lora(lora: LoraFile, model: nn.Module) -> tuple[list[Patch], list[tupl
             else:
                 param = target(name, "weight", lora.key(layer, "down"))
                 down, up = roles["down"], roles["up"]
-                scale = _scale(lora, roles, down.shape[0])
+                scale = _scale(lora, layer, roles, down.shape[0])
                 if param is not None:
                     patches.append((Patch(param, lora.key(layer, "down"), up=up, down=down, scale=scale),
                                     params[param]))
