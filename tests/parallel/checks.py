@@ -89,6 +89,14 @@ def dit(rank: int, world: int, names: tuple[str, ...] = tuple(DIT_LAYOUTS)) -> d
             par = context_parallel(model, build_groups(DIT_LAYOUTS[name]))
             x, t, ctx = dit_inputs(2)
             errors[f"dit_{name}"] = (par(x, t, ctx) - model(x, t, ctx)).abs().max().item()
+            if name in ("ring2", "usp2x2"):  # skiparse (k 2, single then group) inside the parallel DiT
+                from wan_core.attention.dispatch import AttentionDispatch
+                from wan_core.attention.skiparse import SkiparseSchedule
+
+                model.attention = AttentionDispatch(skiparse=SkiparseSchedule.custom([2, 2]))
+                par = context_parallel(model, build_groups(DIT_LAYOUTS[name]))
+                errors[f"dit_{name}_skiparse"] = (par(x, t, ctx) - model(x, t, ctx)).abs().max().item()
+                model.attention = AttentionDispatch()
     return errors
 
 

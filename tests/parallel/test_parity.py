@@ -55,7 +55,7 @@ def test_attention_parity_two_ranks(two_ranks):
 
 def test_dit_forward_parity_two_ranks(two_ranks):
     dit = {k: v for k, v in two_ranks.items() if k.startswith("dit")}
-    assert set(dit) == {"dit_ulysses2", "dit_ring2", "dit_cfg2"}
+    assert set(dit) == {"dit_ulysses2", "dit_ring2", "dit_ring2_skiparse", "dit_cfg2"}
     _assert_parity(dit)
 
 
@@ -78,6 +78,7 @@ def test_distributed_vae_decode_two_ranks(two_ranks):
 @pytest.mark.slow
 def test_usp_and_cfg_ulysses_four_ranks():
     worst = _worst(run_local(f"{CHECKS}:everything", 4, ("usp2x2", "cfg2_ulysses2"), ("usp2x2", "cfg2_ulysses2")))
-    assert {"usp2x2_float64_L13", "dit_usp2x2", "dit_cfg2_ulysses2", "sampling_usp2x2"} <= set(worst)
+    assert {"usp2x2_float64_L13", "dit_usp2x2", "dit_usp2x2_skiparse", "dit_cfg2_ulysses2", "sampling_usp2x2"} \
+        <= set(worst)
     assert worst.pop("control_usp2x2_padding_not_masked") > 1e-3
     _assert_parity(worst)
