@@ -15,6 +15,7 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 import wan_core
+from wan_core.cache import CacheConfig
 from wan_core.parallel import ParallelConfig
 from wan_core.parallel.pool import LoadSpec, WorkerError, WorkerPool, get_pool, shutdown_pools
 from wan_core.pipeline import GenerationConfig, WanPipeline
@@ -66,6 +67,9 @@ def test_pool_two_prompts_kill_and_restart(model_file):
         assert (node_out["samples"] - node_ref["samples"]).abs().max().item() <= 1e-4
         for seed, ref in refs.items():  # two more prompts on the same pool
             assert (_run(pool.model, seed) - ref).abs().max().item() <= 1e-4
+        with pytest.raises(WorkerError, match="cannot mirror the attention cache"):  # refused, pool kept
+            sampler_node.sample(node_model, **args, cache=CacheConfig("wan", start=0.0))
+        assert not pool.closed
         worker = pool.procs[0]
         killed_at = []
 

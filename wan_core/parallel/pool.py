@@ -93,9 +93,9 @@ class _Driver:
 
     def publish(self, h, e0, text, freqs, attention_cache, args, kwargs) -> None:
         if attention_cache is not None or args or kwargs:
-            raise WorkerError("the context-parallel pool mirrors plain block-stack runs only (no attention-reuse "
-                              "cache, no extra block arguments); use the wan / teacache / magcache caches "
-                              "without attention reuse or torchrun")
+            raise WorkerError("the context-parallel worker pool cannot mirror the attention cache (rank 0 alone "
+                              "would skip attention): use cache exact, teacache, magcache, easycache or wan with "
+                              "attention off, or run under torchrun")
         text_tensors, text_spec = _pack(text)
         tensors = [h, e0, freqs] + text_tensors
         step = getattr(self.pool.model.attention, "step", None), getattr(self.pool.model.attention, "total", None)
