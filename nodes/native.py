@@ -337,8 +337,11 @@ class NativeCacheRun:
         if diffusion_model is None:
             raise ValueError("cache: the native model is needed for the TeaCache/MagCache decisions")
         t = torch.as_tensor(timestep, device=x.device).flatten()
+        b = x.shape[0]
         if t.numel() == 1:
-            t = t.expand(x.shape[0])
+            t = t.expand(b)
+        elif t.numel() != b and t.numel() % b == 0:  # per-token timesteps (Wan 2.2 TI2V): the row's largest
+            t = t.view(b, -1).amax(1)
         s = sinusoidal_embedding(t, int(getattr(diffusion_model, "freq_dim", 256)))
         dtype = diffusion_model.patch_embedding.weight.dtype
         with torch.no_grad():

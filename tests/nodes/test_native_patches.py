@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from nodes import native
-from nodes.native import NativeAttention, NativeCache
+from nodes.native import NativeAttention, NativeCache, NativeCacheRun
 from wan_core.attention import AttentionCall, AttentionDispatch, SkiparseSchedule
 from wan_core.cache import CacheConfig, Calibration
 from wan_core.dit.model import WanDiT
@@ -435,3 +435,15 @@ def test_conditioning_converter_pads_like_comfys_encoder():
     assert torch.equal(neg[0][0][0, :3], 2 * torch.ones(3, 8))
     with pytest.raises(ValueError, match="exceed text_len 4"):
         native.to_conditioning(embeds, 4)
+
+
+def test_time_embeddings_take_per_token_timesteps():
+    """Wan 2.2 TI2V passes one timestep per token: the indicator uses each row's largest (the noised tokens)."""
+    torch.manual_seed(0)
+    dm = TinyNative()
+    x = torch.zeros(2, 16, 1, 2, 2)
+    per_token = torch.tensor([[0.0, 700.0, 700.0], [0.0, 500.0, 500.0]])
+    e, e0 = NativeCacheRun.time_embeddings(dm, per_token, x)
+    ref, ref0 = NativeCacheRun.time_embeddings(dm, torch.tensor([700.0, 500.0]), x)
+    assert e.shape == (2, 8) and e0.shape == (2, 6, 8)
+    assert torch.equal(e, ref) and torch.equal(e0, ref0)
