@@ -168,7 +168,11 @@ def test_conditioning_latent_decodes_back_to_the_image():
     from wan_core.demo import builtin_paths
     from wan_core.demo.data import make_clip
 
-    vae = load_vae(builtin_paths()["vae"], dtype=torch.float32)
+    try:
+        vae_path = builtin_paths()["vae"]
+    except FileNotFoundError as e:  # the packaged demo weights (wan_core/demo/weights) are missing from this tree
+        pytest.skip(f"no trained VAE to decode with: {e}")
+    vae = load_vae(vae_path, dtype=torch.float32)
     video, _caption = make_clip(3, width=64, height=64, frames=9)
     image = video[:, 0].permute(1, 2, 0)[None].add(1).div(2)  # IMAGE [1, 64, 64, 3] in [0, 1]
     big = F.interpolate(image.permute(0, 3, 1, 2), scale_factor=1.5, mode="bilinear").permute(0, 2, 3, 1)
