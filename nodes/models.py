@@ -1,6 +1,8 @@
 """Loader nodes: DiT, VAE and text encoder from ComfyUI's model folders (docs/design.md section 5)."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 import wan_core
@@ -50,11 +52,36 @@ def _check_file(folder: str, input_name: str, name: str, opener=None) -> bool | 
     return True
 
 
-def validate_model(model_name: str) -> bool | str:
+_UNSET: Any = object()  # validate_model called with the numbers only
+
+
+def validate_model(model_name: str = _UNSET, blocks_to_swap: int | None = 0,
+                   prefetch: int | None = 1) -> bool | str:
     from wan_core.dit.loader import official_state_dict  # safetensors / folders: reads headers only
 
+    problems = MODEL_LOADER.range_problems(blocks_to_swap=blocks_to_swap, prefetch=prefetch)
+    if problems:
+        return host.client_message("; ".join(problems))
+    if model_name is _UNSET:
+        return True
     pickled = str(model_name).lower().endswith((".pth", ".pt", ".ckpt", ".bin"))  # would load the whole file
-    return _check_file("diffusion_models", "model_name", model_name, None if pickled else official_state_dict)
+    checked = _check_file("diffusion_models", "model_name", model_name, None if pickled else official_state_dict)
+    if checked is not True or not blocks_to_swap:
+        return checked
+    return _check_swap(model_name, blocks_to_swap, 1 if prefetch is None else prefetch, count_blocks=not pickled)
+
+
+def _check_swap(model_name: str, blocks_to_swap: int, prefetch: int, count_blocks: bool) -> bool | str:
+    """blocks_to_swap / prefetch against the file's block count (from its header) and the device
+    (docs/memory.md section 1)."""
+    from wan_core.memory import check_swap_options, file_block_count
+
+    try:
+        layers = file_block_count(host.model_path("diffusion_models", model_name)) if count_blocks else None
+        check_swap_options(blocks_to_swap, prefetch, host.torch_device(), layers)
+    except ValueError as e:
+        return host.client_message(f"blocks_to_swap: {e}")
+    return True
 
 
 def validate_vae(vae_name: str) -> bool | str:
@@ -107,17 +134,29 @@ def _weights_for(path, weight_dtype: str, device: torch.device) -> tuple[torch.d
 
 
 def load_model(model_name: str, weight_dtype: str = "auto", attention: str = "sdpa", skiparse: str = "none",
-               skiparse_k: int = 4, gemm: str = "upcast", device: str = "auto"):
+               skiparse_k: int = 4, gemm: str = "upcast", device: str = "auto", blocks_to_swap: int = 0,
+               prefetch: int = 1, compile_blocks: bool = False):
+    from wan_core.memory import check_swap_options, compile_blocks as compile_dit_blocks, enable_block_swap
+
     path = host.model_path("diffusion_models", model_name)  # only a listed name, even if validation was skipped
     target = host.torch_device() if device == "auto" else torch.device("cpu")
     dtype, weights = _weights_for(path, weight_dtype, target)
     if gemm == "scaled_mm" and weights is None:
         raise ValueError("gemm: scaled_mm needs fp8 weights; choose weight_dtype fp8_scaled or fp8_e4m3fn")
+    swap_note = check_swap_options(blocks_to_swap, prefetch, target)  # one-line errors before loading
     progress, bar = host.loading_progress(f"loading {model_name}")
     with bar:
         dit = wan_core.load_dit(path, dtype=dtype, device="cpu", attention=attention, skiparse=skiparse,
                                 skiparse_k=skiparse_k, weights=weights, gemm=gemm, progress=progress)
     dit.wancore_device = target  # where the sampler runs it; it rests on the offload device in between
+    if blocks_to_swap:
+        check_swap_options(blocks_to_swap, prefetch, target, len(dit.blocks))
+        if swap_note:
+            host.show_text(f"WanCore: {swap_note}")
+        else:  # swapped blocks pinned now; the host's model management moves only the rest (host.on_device)
+            enable_block_swap(dit, blocks_to_swap, prefetch, device=target, place_resident=False)
+    if compile_blocks:
+        compile_dit_blocks(dit, device=target)  # a one-line CompileUnavailableWarning when it cannot
     return (dit,)
 
 
@@ -163,6 +202,15 @@ MODEL_LOADER = NodeSpec(
               tooltip="with fp8 weights: upcast (dequantise per layer) or scaled_mm (FP8 GEMM, SM89+ GPUs)"),
         Input("device", "COMBO", default="auto", options=("auto", "cpu"),
               tooltip="auto: ComfyUI's GPU while sampling, offloaded in between"),
+        Input("blocks_to_swap", "INT", default=0, min=0, max=48, optional=True,
+              tooltip="keep this many DiT blocks (the last ones) in pinned CPU memory and stream each to the GPU "
+                      "just before it runs: same video, less VRAM (30 blocks in 1.3B, 40 in 14B; docs/memory.md)"),
+        Input("prefetch", "INT", default=1, min=0, max=8, optional=True, advanced=True,
+              tooltip="with blocks_to_swap: blocks copied ahead of the one running (more hides the copies, each "
+                      "costs one block of VRAM)"),
+        Input("compile_blocks", "BOOLEAN", default=False, optional=True, advanced=True,
+              tooltip="torch.compile the transformer blocks (one compile shared by all; the first run is slower; "
+                      "needs triton on CUDA)"),
     ),
     outputs=(Output("WANCORE_MODEL", "model"),),
     fn=load_model,

@@ -16,7 +16,6 @@ from safetensors.torch import save_file
 
 import wan_core
 from wan_core.cache import CacheConfig
-from wan_core.lora.stack import prepare_lora, with_lora
 from wan_core.parallel import ParallelConfig
 from wan_core.parallel.pool import LoadSpec, WorkerError, WorkerPool, get_pool, shutdown_pools
 from wan_core.pipeline import GenerationConfig, WanPipeline
@@ -41,21 +40,6 @@ def model_file(tmp_path_factory):
     return path
 
 
-def lora_file(model_file: Path, dit) -> Path:
-    """A random LoRA (official names, lora_A / lora_B) for every linear layer of the tiny DiT's blocks."""
-    path = model_file.with_name("tiny_lora.safetensors")
-    if not path.exists():
-        g = torch.Generator().manual_seed(9)
-        sd = {}
-        for name, module in dit.blocks.named_modules():
-            if isinstance(module, torch.nn.Linear):
-                o, i = module.weight.shape
-                sd[f"diffusion_model.blocks.{name}.lora_A.weight"] = torch.randn(4, i, generator=g) * 0.3
-                sd[f"diffusion_model.blocks.{name}.lora_B.weight"] = torch.randn(o, 4, generator=g) * 0.3
-        save_file(sd, str(path))
-    return path
-
-
 def _run(dit, seed: int, callback=None):
     ctx = _checks().dit_inputs(2)[2]
     cfg = GenerationConfig(width=48, height=32, frames=9, steps=3, guidance=5.0, seed=seed)
@@ -73,7 +57,7 @@ def test_pool_two_prompts_kill_and_restart(model_file):
     (node_model,) = parallel_node.apply(dit, devices=2, ulysses=2, ring=1, cfg_parallel=False)  # starts the pool
     try:
         pool = get_pool(dit, ParallelConfig(ulysses=2), ["cpu", "cpu"])
-        assert node_model.parallel_driver.pool is pool  # one pool, reused across prompts and node runs
+        assert pool.model is node_model  # reused across prompts
         ctx = _checks().dit_inputs(2)[2]
         embeds = {"cond": [ctx[0]], "uncond": [ctx[1]]}
         latent = {"samples": torch.zeros(1, 16, 3, 4, 6)}
@@ -81,16 +65,6 @@ def test_pool_two_prompts_kill_and_restart(model_file):
         (node_out,) = sampler_node.sample(node_model, **args)  # through the nodes
         (node_ref,) = sampler_node.sample(dit, **args)
         assert (node_out["samples"] - node_ref["samples"]).abs().max().item() <= 1e-4
-        # a LoRA view (as WanCoreLoRA makes) through the node: the worker applies the same file and strength
-        lora = with_lora(dit, prepare_lora(dit, str(lora_file(model_file, dit)), strength=0.7))
-        (lora_model,) = parallel_node.apply(lora, devices=2, ulysses=2, ring=1, cfg_parallel=False)
-        assert lora_model.parallel_driver.pool is pool
-        (lora_out,) = sampler_node.sample(lora_model, **args)
-        (lora_ref,) = sampler_node.sample(lora, **args)
-        assert (lora_out["samples"] - lora_ref["samples"]).abs().max().item() <= 1e-4
-        assert (lora_ref["samples"] - node_ref["samples"]).abs().max().item() > 1e-3  # the LoRA changes the video
-        (again,) = sampler_node.sample(node_model, **args)  # back without it: the worker removes it too
-        assert (again["samples"] - node_ref["samples"]).abs().max().item() <= 1e-4
         for seed, ref in refs.items():  # two more prompts on the same pool
             assert (_run(pool.model, seed) - ref).abs().max().item() <= 1e-4
         with pytest.raises(WorkerError, match="cannot mirror the attention cache"):  # refused, pool kept

@@ -73,13 +73,9 @@ def move(model: Any, device: torch.device | str) -> Any:
     if model is None:
         return None
     swap = getattr(model, "block_swap", None)
-    if swap is not None and isinstance(model, nn.Module):
-        for child in model.children():
-            if child is not getattr(model, "blocks", None):
-                child.to(device)
-        for i, block in enumerate(getattr(model, "blocks", [])):
-            if i not in swap.swapped:
-                block.to(device)
+    if swap is not None:
+        for module in swap.resident_modules():
+            module.to(device)
     else:
         model.to(device)
     if torch.device(device).type == "cpu":

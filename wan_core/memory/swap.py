@@ -25,7 +25,7 @@ from typing import Any, cast
 import torch
 import torch.nn as nn
 
-__all__ = ["BlockSwap", "SwapStats", "check_swap_options", "enable_block_swap", "block_swap_of"]
+__all__ = ["BlockSwap", "SwapStats", "check_swap_options", "enable_block_swap", "block_swap_of", "file_block_count"]
 
 
 def check_swap_options(blocks_to_swap: int, prefetch: int, device: torch.device | str | None = None,
@@ -141,12 +141,15 @@ class BlockSwap:
     ``model``: a WanDiT (anything with ``.blocks``, an ``nn.ModuleList``, and its other parameters already
     on or movable to ``device``). ``prefetch``: swapped blocks copied ahead of the one running (0 = copy
     each block when it starts). ``pin``: page-lock the offload copies (CUDA only; needed for asynchronous
-    copies). Call :meth:`remove` to bring every block back to ``device`` and drop the hooks.
+    copies). ``place_resident``: move the other parts (embeddings, head, unswapped blocks) to ``device`` now;
+    False leaves them where they are for a host that moves them itself (ComfyUI's model management through
+    ``nodes/host.py``, which sees only them: :meth:`resident_modules`). Call :meth:`remove` to bring every
+    block back to ``device`` and drop the hooks.
     """
 
     def __init__(self, model: nn.Module, blocks_to_swap: int, prefetch: int = 1,
                  device: torch.device | str = "cuda", offload_device: torch.device | str = "cpu",
-                 pin: bool | None = None):
+                 pin: bool | None = None, place_resident: bool = True):
         blocks = getattr(model, "blocks", None)
         if not isinstance(blocks, nn.ModuleList):
             raise TypeError("block swap needs a model with a .blocks ModuleList (a WanDiT)")
@@ -163,7 +166,7 @@ class BlockSwap:
         self._copier = _Copier(self.device)
         self._slots: dict[int, _Slot] = {}
         self._hooks: list[Any] = []
-        self._place(model, blocks)
+        self._place(model, blocks, place_resident)
         for i, block in enumerate(blocks):
             self._hooks.append(block.register_forward_pre_hook(self._make_pre(i)))
             if i in self._slots:
@@ -177,15 +180,14 @@ class BlockSwap:
         vars(model)["block_swap"] = self
 
     # --- placement -------------------------------------------------------------------------------------
-    def _place(self, model: nn.Module, blocks: nn.ModuleList) -> None:
-        """Everything but the swapped blocks to ``device``; the swapped blocks to (pinned) offload memory,
-        one tensor at a time so RAM never holds two copies of the model."""
-        for child in model.children():
-            if child is not blocks:
-                child.to(self.device)
+    def _place(self, model: nn.Module, blocks: nn.ModuleList, place_resident: bool) -> None:
+        """Everything but the swapped blocks to ``device`` (``place_resident``); the swapped blocks to (pinned)
+        offload memory, one tensor at a time so RAM never holds two copies of the model."""
+        if place_resident:
+            for module in self.resident_modules():
+                module.to(self.device)
         for i, block in enumerate(blocks):
             if i not in self.swapped:
-                block.to(self.device)
                 continue
             slot = self._slots[i] = _Slot(i, block)
             size = 0
@@ -198,10 +200,16 @@ class BlockSwap:
                 size += off.numel() * off.element_size()
             self.stats.block_bytes = max(self.stats.block_bytes, size)
         tables: tuple[dict[str, Any], ...] = (model._parameters, model._buffers)
-        for table in tables:  # tensors set directly on the model
+        for table in tables if place_resident else ():  # tensors set directly on the model
             for key, value in table.items():
                 if value is not None and value.device != self.device:
                     _set(table, key, value, value.detach().to(self.device))
+
+    def resident_modules(self) -> list[nn.Module]:
+        """The modules that stay on the compute device: every child of the model but the block list, and the
+        blocks not swapped."""
+        return ([child for child in self.model.children() if child is not self._blocks]
+                + [b for i, b in enumerate(self._blocks) if i not in self.swapped])
 
     # --- the window --------------------------------------------------------------------------------------
     def _window(self, i: int) -> list[int]:
@@ -326,6 +334,15 @@ class BlockSwap:
                 f"prefetch={self.prefetch}, {self.offload_device} -> {self.device})")
 
 
+def file_block_count(src) -> int | None:
+    """The block count of a DiT file from its header alone (None when it has no numbered blocks)."""
+    from ..checkpoint import is_quant_aux_key
+    from ..dit.loader import official_state_dict
+
+    sd = official_state_dict(src)
+    return len({k.split(".")[1] for k in sd if k.startswith("blocks.") and not is_quant_aux_key(k)}) or None
+
+
 def block_swap_of(model: nn.Module) -> BlockSwap | None:
     """The :class:`BlockSwap` attached to ``model``, if any."""
     swap = getattr(model, "block_swap", None)
@@ -334,7 +351,7 @@ def block_swap_of(model: nn.Module) -> BlockSwap | None:
 
 def enable_block_swap(model: nn.Module, blocks_to_swap: int, prefetch: int = 1,
                       device: torch.device | str | None = None, offload_device: torch.device | str = "cpu",
-                      pin: bool | None = None) -> BlockSwap | None:
+                      pin: bool | None = None, place_resident: bool = True) -> BlockSwap | None:
     """Attach a :class:`BlockSwap` (replacing any earlier one); None when ``blocks_to_swap`` is 0.
 
     ``device``: the compute device (None = cuda when present, else cpu). A previous swap is removed first.
@@ -345,4 +362,4 @@ def enable_block_swap(model: nn.Module, blocks_to_swap: int, prefetch: int = 1,
     if blocks_to_swap == 0:
         return None
     dev = device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
-    return BlockSwap(model, blocks_to_swap, prefetch, dev, offload_device, pin)
+    return BlockSwap(model, blocks_to_swap, prefetch, dev, offload_device, pin, place_resident)
