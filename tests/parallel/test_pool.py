@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 
 import wan_core
 from wan_core.cache import CacheConfig
+from wan_core.lora.stack import prepare_lora, with_lora
 from wan_core.parallel import ParallelConfig
 from wan_core.parallel.pool import LoadSpec, WorkerError, WorkerPool, get_pool, shutdown_pools
 from wan_core.pipeline import GenerationConfig, WanPipeline
@@ -40,6 +41,21 @@ def model_file(tmp_path_factory):
     return path
 
 
+def lora_file(model_file: Path, dit) -> Path:
+    """A random LoRA (official names, lora_A / lora_B) for every linear layer of the tiny DiT's blocks."""
+    path = model_file.with_name("tiny_lora.safetensors")
+    if not path.exists():
+        g = torch.Generator().manual_seed(9)
+        sd = {}
+        for name, module in dit.blocks.named_modules():
+            if isinstance(module, torch.nn.Linear):
+                o, i = module.weight.shape
+                sd[f"diffusion_model.blocks.{name}.lora_A.weight"] = torch.randn(4, i, generator=g) * 0.3
+                sd[f"diffusion_model.blocks.{name}.lora_B.weight"] = torch.randn(o, 4, generator=g) * 0.3
+        save_file(sd, str(path))
+    return path
+
+
 def _run(dit, seed: int, callback=None):
     ctx = _checks().dit_inputs(2)[2]
     cfg = GenerationConfig(width=48, height=32, frames=9, steps=3, guidance=5.0, seed=seed)
@@ -57,7 +73,7 @@ def test_pool_two_prompts_kill_and_restart(model_file):
     (node_model,) = parallel_node.apply(dit, devices=2, ulysses=2, ring=1, cfg_parallel=False)  # starts the pool
     try:
         pool = get_pool(dit, ParallelConfig(ulysses=2), ["cpu", "cpu"])
-        assert pool.model is node_model  # reused across prompts
+        assert node_model.parallel_driver.pool is pool  # one pool, reused across prompts and node runs
         ctx = _checks().dit_inputs(2)[2]
         embeds = {"cond": [ctx[0]], "uncond": [ctx[1]]}
         latent = {"samples": torch.zeros(1, 16, 3, 4, 6)}
@@ -65,6 +81,16 @@ def test_pool_two_prompts_kill_and_restart(model_file):
         (node_out,) = sampler_node.sample(node_model, **args)  # through the nodes
         (node_ref,) = sampler_node.sample(dit, **args)
         assert (node_out["samples"] - node_ref["samples"]).abs().max().item() <= 1e-4
+        # a LoRA view (as WanCoreLoRA makes) through the node: the worker applies the same file and strength
+        lora = with_lora(dit, prepare_lora(dit, str(lora_file(model_file, dit)), strength=0.7))
+        (lora_model,) = parallel_node.apply(lora, devices=2, ulysses=2, ring=1, cfg_parallel=False)
+        assert lora_model.parallel_driver.pool is pool
+        (lora_out,) = sampler_node.sample(lora_model, **args)
+        (lora_ref,) = sampler_node.sample(lora, **args)
+        assert (lora_out["samples"] - lora_ref["samples"]).abs().max().item() <= 1e-4
+        assert (lora_ref["samples"] - node_ref["samples"]).abs().max().item() > 1e-3  # the LoRA changes the video
+        (again,) = sampler_node.sample(node_model, **args)  # back without it: the worker removes it too
+        assert (again["samples"] - node_ref["samples"]).abs().max().item() <= 1e-4
         for seed, ref in refs.items():  # two more prompts on the same pool
             assert (_run(pool.model, seed) - ref).abs().max().item() <= 1e-4
         with pytest.raises(WorkerError, match="cannot mirror the attention cache"):  # refused, pool kept
@@ -85,11 +111,11 @@ def test_pool_two_prompts_kill_and_restart(model_file):
         assert not [p for p in __import__("multiprocessing").active_children() if p.name.startswith("wancore-cp")]
         with pytest.raises(WorkerError, match="shut down"):
             _run(pool.model, 1)
-        # a fresh pool (here Ring instead of Ulysses: a resize) works afterwards; its worker's model ends its
-        # process inside block 1 of the 7th block-stack run (3 steps x cond + uncond: the second prompt's first),
-        # while rank 0 waits in a collective
-        spec = LoadSpec(f"{CHECKS}:load_dying_dit", (str(model_file),), {"after": 7, "config": dit.config})
-        pool2 = get_pool(dit, ParallelConfig(ring=2), ["cpu", "cpu"], spec=spec)
+        # a fresh pool (here CFG-parallel instead of Ulysses: a resize) works afterwards; its worker's model ends
+        # its process inside block 1 of the 4th block-stack run (3 steps of one batched cond + uncond run: the
+        # second prompt's first), while rank 0 waits in a collective
+        spec = LoadSpec(f"{CHECKS}:load_dying_dit", (str(model_file),), {"after": 4, "config": dit.config})
+        pool2 = get_pool(dit, ParallelConfig(cfg=2), ["cpu", "cpu"], spec=spec)
         assert pool2 is not pool
         assert (_run(pool2.model, 2) - refs[2]).abs().max().item() <= 1e-4
         procs = pool2.procs
@@ -117,3 +143,34 @@ def test_pool_refuses_bad_layouts(model_file):
     assert "2 processes but 1 devices" in str(parallel_node.validate_parallel(devices=1, ulysses=2))
     with pytest.raises(ValueError, match="loaded from a file"):
         WorkerPool(_checks().tiny_dit(), ParallelConfig(ulysses=2), ["cpu"] * 2)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(line.startswith("State:") and "Z" in line for line in f)  # a zombie has exited
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+def test_workers_exit_when_the_driving_process_dies(model_file, tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    script = (
+        "import os, sys, torch, wan_core\n"
+        "from wan_core.parallel import ParallelConfig, get_pool\n"
+        f"dit = wan_core.load_dit({str(model_file)!r})\n"
+        "pool = get_pool(dit, ParallelConfig(ulysses=2), ['cpu', 'cpu'])\n"
+        "print(pool.procs[0].pid, flush=True)\n"
+        "os._exit(0)  # no atexit, no shutdown: the worker must notice on its own\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    pid = int(run.stdout.split()[-1])
+    deadline = time.monotonic() + 15
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _gone(pid), f"worker {pid} outlived its driving process"
