@@ -94,13 +94,15 @@ def test_unused_keys_are_reported(tmp_path):
     sd["diffusion_model.blocks.0.something_else"] = torch.ones(3)
     path = tmp_path / "partly_used.safetensors"
     save_file(sd, path)
-    with pytest.warns(LoraWarning, match=r"partly_used\.safetensors .*3 keys not used") as record:
+    with pytest.warns(LoraWarning, match=r"partly_used\.safetensors .*4 keys not used") as record:
         applied = apply_lora(model(), path)
-    assert applied.parameters == 2 and len(applied.unused) == 3
+    assert applied.parameters == 2 and len(applied.unused) == 4  # every key of the missing layer counts
     text = str(record[0].message)
-    assert "diffusion_model.blocks.0.something_else" in text and "\n" not in text
+    assert "diffusion_model.blocks." in text and "\n" not in text  # examples named in the one line
     unused = dict(applied.unused)
+    assert unused["diffusion_model.blocks.0.something_else"] == "not a LoRA tensor name"
     assert "blocks.7.self_attn.q" in unused["diffusion_model.blocks.7.self_attn.q.lora_A.weight"]
+    assert "blocks.7.self_attn.q" in unused["diffusion_model.blocks.7.self_attn.q.lora_B.weight"]
     assert "DoRA" in unused["diffusion_model.blocks.0.self_attn.q.dora_scale"]
 
 

@@ -113,51 +113,59 @@ def match_lora(lora: LoraFile, model: nn.Module) -> tuple[list[Patch], list[tupl
     Wan size (shapes), or for image-to-video layers this model lacks."""
     params, kohya = _target_names(model)
     patches: list[tuple[Patch, tuple[int, ...]]] = []
-    unused: list[tuple[str, str]] = [(k, "not a LoRA tensor name") for k in lora.other]
+    why: dict[str, str] = {k: "not a LoRA tensor name" for k in lora.other}  # key -> why it is not used
+    consumed: set[str] = set()
     missing: list[tuple[str, str]] = []  # (key, official name) of layers this model does not have
 
-    def target(name: str, leaf: str, key: str) -> str | None:
+    def layer_missing(layer: str, key: str, name: str) -> None:
+        missing.append((key, name))
+        for role in lora.layers[layer]:
+            why.setdefault(lora.key(layer, role), f"this model has no {name}")
+
+    def target(layer: str, name: str, leaf: str, key: str) -> str | None:
         for cand in (f"{name}.{leaf}", name) if leaf == "weight" else (f"{name}.{leaf}",):
             if cand in params:
                 return cand
-        missing.append((key, f"{name}.{leaf}"))
+        layer_missing(layer, key, f"{name}.{leaf}")
         return None
 
     for layer, roles in lora.layers.items():
         name = official_layer(layer, kohya)
-        first = lora.key(layer, next(iter(roles)))
         if name is None:
-            missing.append((first, layer))
+            layer_missing(layer, lora.key(layer, next(iter(roles))), layer)
             continue
         if "down" in roles or "up" in roles:
             if "down" not in roles or "up" not in roles:
                 have, lack = ("down", "up") if "down" in roles else ("up", "down")
-                unused.append((lora.key(layer, have), f"lora_{have} without its lora_{lack}"))
+                why[lora.key(layer, have)] = f"lora_{have} without its lora_{lack}"
             else:
-                param = target(name, "weight", lora.key(layer, "down"))
+                param = target(layer, name, "weight", lora.key(layer, "down"))
                 down, up = roles["down"], roles["up"]
                 scale = _scale(lora, layer, roles, down.shape[0])
                 if param is not None:
                     patches.append((Patch(param, lora.key(layer, "down"), up=up, down=down, scale=scale),
                                     params[param]))
+                    consumed.update(lora.key(layer, r) for r in ("down", "up", "alpha") if r in roles)
                 if "up_bias" in roles:
-                    bias = target(name, "bias", lora.key(layer, "up_bias"))
+                    bias = target(layer, name, "bias", lora.key(layer, "up_bias"))
                     if bias is not None:
                         patches.append((Patch(bias, lora.key(layer, "up_bias"), diff=roles["up_bias"], scale=scale),
                                         params[bias]))
+                        consumed.add(lora.key(layer, "up_bias"))
         elif "alpha" in roles:
-            unused.append((lora.key(layer, "alpha"), "alpha without lora_down/lora_up"))
+            why[lora.key(layer, "alpha")] = "alpha without lora_down/lora_up"
         for role, leaf in (("diff", "weight"), ("diff_b", "bias")):
             if role in roles:
-                param = target(name, leaf, lora.key(layer, role))
+                param = target(layer, name, leaf, lora.key(layer, role))
                 if param is not None:
                     patches.append((Patch(param, lora.key(layer, role), diff=roles[role]), params[param]))
+                    consumed.add(lora.key(layer, role))
         for role in ("mid", "dora_scale"):
             if role in roles:
                 what = "LoCon/Tucker mid weights" if role == "mid" else "DoRA magnitudes"
-                unused.append((lora.key(layer, role), f"{what} are not supported"))
+                why[lora.key(layer, role)] = f"{what} are not supported"
     _refuse(lora, model, patches, missing)
-    unused += [(key, f"this model has no {name}") for key, name in missing]
+    unused = [(k, why.get(k, "patches nothing in this model")) for k in lora.all_keys() if k not in consumed]
     return [p for p, _ in patches], unused
 
 
