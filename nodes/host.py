@@ -455,17 +455,38 @@ def _transformer_options(patched) -> dict:
     return patched.model_options.setdefault("transformer_options", {})
 
 
+def _wrappers_mp(name: str) -> str:
+    """``comfy.patcher_extension.WrappersMP.<name>`` (its lowercase value when ComfyUI is not importable)."""
+    try:
+        from comfy.patcher_extension import WrappersMP
+    except ImportError:
+        return name.lower()
+    return getattr(WrappersMP, name)
+
+
+def _chain_block_patches(patched, make: Callable[[int, Any], Callable], num_layers: int) -> None:
+    """Put ``make(i, previous)`` on every block (``patches_replace["dit"][("double_block", i)]``), chained to a
+    replace patch already there."""
+    replace = _transformer_options(patched).get("patches_replace", {}).get("dit", {})
+    for i in range(num_layers):
+        patched.set_model_patch_replace(make(i, replace.get(("double_block", i))), "dit", "double_block", i)
+
+
 def native_attention_patch(model, override, num_layers: int):
     """A clone of ``model`` whose attention calls go through ``override`` (``optimized_attention_override``;
-    one already set by another patch is called for the calls ``override`` leaves dense) and whose blocks
-    reset the override's per-block call counter (``patches["double_block"]``)."""
+    one already set by another patch is called for the calls ``override`` leaves dense). With skiparse, block
+    replace patches tell the override the block, and a DIFFUSION_MODEL wrapper the token grid."""
+    from . import native
+
     patched = model.clone()
     to = _transformer_options(patched)
     previous = to.get("optimized_attention_override")
     if previous is not None:
         override.previous = previous
     to["optimized_attention_override"] = override
-    patched.set_model_patch(override.after_block, "double_block")
+    if override.skiparse != "none":
+        patched.add_wrapper_with_key(_wrappers_mp("DIFFUSION_MODEL"), "wancore_attention", native.grid_wrapper)
+        _chain_block_patches(patched, lambda i, prev: native.attention_block_patch(i, num_layers, prev), num_layers)
     return patched
 
 
@@ -473,20 +494,16 @@ def native_cache_patch(model, cache, num_layers: int, show: Callable[[str], None
     """A clone of ``model`` with the cache's wrappers (OUTER_SAMPLE, CALC_COND_BATCH, DIFFUSION_MODEL) and,
     for the block-stack caches, a replace patch per block (chained to one already there)."""
     from comfy.model_patcher import create_model_options_clone
-    from comfy.patcher_extension import WrappersMP
 
     from . import native
 
     patched = model.clone()
     key = "wancore_cache"
-    patched.add_wrapper_with_key(WrappersMP.OUTER_SAMPLE, key,
+    patched.add_wrapper_with_key(_wrappers_mp("OUTER_SAMPLE"), key,
                                  native.sample_wrapper(cache, create_model_options_clone,
                                                        show or (lambda text: show_text(text))))
-    patched.add_wrapper_with_key(WrappersMP.CALC_COND_BATCH, key, native.calc_cond_batch_wrapper)
-    patched.add_wrapper_with_key(WrappersMP.DIFFUSION_MODEL, key, native.diffusion_model_wrapper)
+    patched.add_wrapper_with_key(_wrappers_mp("CALC_COND_BATCH"), key, native.calc_cond_batch_wrapper)
+    patched.add_wrapper_with_key(_wrappers_mp("DIFFUSION_MODEL"), key, native.diffusion_model_wrapper)
     if cache.uses_blocks:
-        replace = _transformer_options(patched).get("patches_replace", {}).get("dit", {})
-        for i in range(num_layers):
-            patched.set_model_patch_replace(native.block_patch(i, replace.get(("double_block", i))), "dit",
-                                            "double_block", i)
+        _chain_block_patches(patched, native.block_patch, num_layers)
     return patched

@@ -9,7 +9,8 @@ it on a ComfyUI ``ModelPatcher`` clone:
   attention dispatch: the chosen backend, and skiparse on the blocks the schedule makes sparse (self-attention
   only). The block index and the token grid come from ``transformer_options`` (``block_index``,
   ``total_blocks``, ``grid_sizes``, set by the native Wan forward); the first attention call of a block is its
-  self-attention (the per-block call counter is reset by a ``double_block`` patch, :meth:`after_block`).
+  self-attention (a block replace patch, :func:`attention_block_patch`, resets the per-block call counter and
+  sets the block number; :func:`grid_wrapper` sets the grid, for ComfyUI versions whose forward does not).
 * :class:`NativeCache` holds a ``CacheConfig``; per sampling run it starts a :class:`NativeCacheRun` (the
   ``OUTER_SAMPLE`` wrapper) that drives ``wan_core.cache``'s policies from the ``CALC_COND_BATCH`` wrapper (the
   CFG cache), the ``DIFFUSION_MODEL`` wrapper (EasyCache; the TeaCache / MagCache decisions) and block replace
@@ -101,14 +102,13 @@ class NativeAttention:
         """Build the schedule now (one-line ValueError, e.g. custom ratios for another block count)."""
         self.schedule(num_layers)
 
-    # ---- the per-block call counter
+    # ---- where in the model a call comes from
     @staticmethod
-    def after_block(args: dict) -> dict:
-        """``patches["double_block"]`` entry: the block finished, the next attention call is a self-attention."""
-        to = args.get("transformer_options")
-        if isinstance(to, dict):
-            to.pop(CALLS_KEY, None)
-        return args
+    def enter_block(to: dict, index: int, total: int) -> None:
+        """A block starts: its number (ComfyUI >= 0.3.6x's Wan forward sets it too, older ones do not) and a
+        fresh call counter, so the next attention call is this block's self-attention."""
+        to["block_index"], to["total_blocks"] = index, total
+        to.pop(CALLS_KEY, None)
 
     @staticmethod
     def _call_number(to: dict) -> int:
@@ -337,8 +337,11 @@ class NativeCacheRun:
         if diffusion_model is None:
             raise ValueError("cache: the native model is needed for the TeaCache/MagCache decisions")
         t = torch.as_tensor(timestep, device=x.device).flatten()
+        b = x.shape[0]
         if t.numel() == 1:
-            t = t.expand(x.shape[0])
+            t = t.expand(b)
+        elif t.numel() != b and t.numel() % b == 0:  # per-token timesteps (Wan 2.2 TI2V): the row's largest
+            t = t.view(b, -1).amax(1)
         s = sinusoidal_embedding(t, int(getattr(diffusion_model, "freq_dim", 256)))
         dtype = diffusion_model.patch_embedding.weight.dtype
         with torch.no_grad():
@@ -441,6 +444,32 @@ def diffusion_model_wrapper(executor, *args, **kwargs):
     if run is None:
         return executor(*args, **kwargs)
     return run.diffusion_model(executor, *args, **kwargs)
+
+
+def grid_wrapper(executor, *args, **kwargs):
+    """``DIFFUSION_MODEL`` for the attention patch: the token grid of this forward in ``transformer_options``
+    (the Wan forward of ComfyUI 0.33 sets it again itself; 0.3.64's does not)."""
+    to = transformer_options_of(args, kwargs)
+    x = args[0] if args else kwargs["x"]
+    patch = getattr(getattr(executor, "class_obj", None), "patch_size", (1, 2, 2))
+    to["grid_sizes"] = tuple(-(-int(n) // int(p)) for n, p in zip(x.shape[2:], patch))
+    return executor(*args, **kwargs)
+
+
+def attention_block_patch(index: int, total: int, previous: Callable | None = None) -> Callable[[dict, dict], dict]:
+    """``patches_replace["dit"][("double_block", index)]`` for the attention patch: tells the override which block
+    runs (:meth:`NativeAttention.enter_block`), then runs the block (or the replace patch already there)."""
+
+    def patch(args: dict, extra: dict) -> dict:
+        to = args.get("transformer_options")
+        if isinstance(to, dict):
+            NativeAttention.enter_block(to, index, total)
+        if previous is not None:
+            return previous(args, extra)
+        return extra["original_block"](args)
+
+    patch.wancore_previous = previous  # type: ignore[attr-defined]
+    return patch
 
 
 def block_patch(index: int, previous: Callable | None = None) -> Callable[[dict, dict], dict]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import torch
 
-from wan_core.lora.stack import wanted_loras
 from wan_core.parallel import ParallelConfig, check_degrees
 from wan_core.parallel.pool import get_pool
 
@@ -54,15 +53,12 @@ def apply(model, devices: int = 2, ulysses: int = 2, ring: int = 1, cfg_parallel
     check_degrees(config, devices, int(model.config.num_heads))
     if devices == 1:
         return (model,)
-    if wanted_loras(model):
-        raise ValueError("context parallelism does not support LoRAs yet: the worker processes load the model "
-                         "file without them; remove the LoRA node or use a merged checkpoint")
     present = _present()
     if present is not None and devices > present:
         raise ValueError(f"devices={devices} but this machine has {present} GPU(s)")
     pool = get_pool(model, config, _device_list(devices))
     host.show_text(f"context parallel: {config.describe()} on {devices} processes")
-    return (pool.model,)
+    return (pool.view(model),)  # this model's LoRA stack (if any): the workers apply the same files
 
 
 PARALLEL = NodeSpec(

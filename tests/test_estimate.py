@@ -13,10 +13,10 @@ from wan_core.dit.model import WanDiT
 from wan_core.pipeline import GenerationConfig, nearest_valid, video_size_problems
 from wan_core.quant.fp8 import is_block_linear
 
-PRESET = {"1.3B": "wan2.1-t2v-1.3b", "14B": "wan2.1-t2v-14b"}
+PRESET = {"1.3B": "wan2.1-t2v-1.3b", "14B": "wan2.1-t2v-14b", "5B": "wan2.2-ti2v-5b"}
 
 
-@pytest.fixture(scope="module", params=["1.3B", "14B"])
+@pytest.fixture(scope="module", params=["1.3B", "14B", "5B"])
 def meta_dit(request):
     cfg = DIT_PRESETS[PRESET[request.param]]
     with torch.device("meta"):
@@ -26,11 +26,20 @@ def meta_dit(request):
 def test_model_table_matches_presets():
     for name, key in PRESET.items():
         cfg = DIT_PRESETS[key]
-        assert E.MODELS[name] == {"dim": cfg.dim, "ffn_dim": cfg.ffn_dim, "num_heads": cfg.num_heads,
-                                  "num_layers": cfg.num_layers}
+        assert {k: E.MODELS[name][k] for k in ("dim", "ffn_dim", "num_heads", "num_layers")} == {
+            "dim": cfg.dim, "ffn_dim": cfg.ffn_dim, "num_heads": cfg.num_heads, "num_layers": cfg.num_layers}
         assert (cfg.in_dim, cfg.out_dim, cfg.text_dim, cfg.freq_dim, cfg.text_len, cfg.patch_size) == (
-            E.FIXED["in_dim"], E.FIXED["out_dim"], E.FIXED["text_dim"], E.FIXED["freq_dim"],
+            E.spec(name, "in_dim"), E.spec(name, "out_dim"), E.FIXED["text_dim"], E.FIXED["freq_dim"],
             E.FIXED["text_len"], E.FIXED["patch"])
+
+
+def test_ti2v_5b_geometry():
+    """Wan 2.2 TI2V-5B (docs/wan22.md section 1): 48 channels at 16x, sizes multiple of 32, the official param count."""
+    e = E.estimate(width=1280, height=704, frames=121, model="5B")
+    assert e["valid"] and e["latent_shape"] == [1, 48, 31, 44, 80] and e["tokens"] == 31 * 22 * 40
+    assert e["params"] == 4_999_787_712  # tests/dit/data/wan22_ti2v_5b_keys.txt
+    bad = E.estimate(width=1264, height=704, frames=121, model="5B")
+    assert bad["problems"] == ["width=1264: must be a multiple of 32; nearest valid: 1248 or 1280"]
 
 
 def test_param_counts_equal_the_built_dit(meta_dit):

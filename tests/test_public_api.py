@@ -26,4 +26,4 @@ def test_pack_imports_without_comfyui():
     root = Path(__file__).resolve().parents[1]
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["WanCoreCache", "./web"]  # the first node id in sorted order
+    assert res.stdout.split() == ["WanCoreCLIPVisionLoader", "./web"]  # the first node id in sorted order

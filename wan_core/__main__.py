@@ -604,7 +604,8 @@ def cmd_generate(args) -> int:
             pipe.dit = dit = None
         move(vae, device)
         with meter.stage("decoding", model_bytes(vae, device)):
-            video = pipe.decode(latents, tiling=args.tiling, progress=_tqdm_progress("decoding", "chunk", leave=True))
+            # torchrun: the VAE's tiles split over the ranks, the video on rank 0 (None on the others)
+            video = parallel_cli.decode(pipe, latents, args.tiling, _tqdm_progress("decoding", "chunk", leave=True))
     if rank == 0:
         for line in meter.lines():
             print(f"wan_core: {line}", file=sys.stderr)

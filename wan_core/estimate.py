@@ -26,10 +26,13 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-# Released Wan 2.1 T2V DiT sizes (docs/wan_spec.md section 1.1; docs/comfyui.md section 7.2).
+# Released Wan 2.1 T2V DiT sizes (docs/wan_spec.md section 1.1; docs/comfyui.md section 7.2); a Wan 2.2 A14B expert
+# is the 14B. The Wan 2.2 TI2V-5B overrides FIXED's latent geometry: 48 channels at 16x (docs/wan22.md section 1).
 MODELS: dict[str, dict[str, int]] = {
     "1.3B": {"dim": 1536, "ffn_dim": 8960, "num_heads": 12, "num_layers": 30},
     "14B": {"dim": 5120, "ffn_dim": 13824, "num_heads": 40, "num_layers": 40},
+    "5B": {"dim": 3072, "ffn_dim": 14336, "num_heads": 24, "num_layers": 30, "in_dim": 48, "out_dim": 48,
+           "latent_channels": 48, "vae_space": 16},
 }
 FIXED: dict[str, Any] = {"in_dim": 16, "out_dim": 16, "text_dim": 4096, "freq_dim": 256, "text_len": 512,
          "patch": (1, 2, 2), "latent_channels": 16, "vae_time": 4, "vae_space": 8}
@@ -51,14 +54,20 @@ def nearest_valid(value: int, multiple: int, offset: int = 0) -> tuple[int, int]
     return below, above
 
 
-def size_problems(width: int, height: int, frames: int) -> list[str]:
-    """One message per invalid value, in the pipeline's order: width and height must be multiples of 16,
-    frames 4n+1 (``wan_core.pipeline.video_size_problems`` words the same checks at more length)."""
+def spec(model: str, key: str) -> Any:
+    """A model's value of ``key``: its own (``MODELS``) or the Wan 2.1 one (``FIXED``)."""
+    return MODELS[model].get(key, FIXED[key])
+
+
+def size_problems(width: int, height: int, frames: int, multiple: int = 16) -> list[str]:
+    """One message per invalid value, in the pipeline's order: width and height must be multiples of ``multiple``
+    (16; 32 for TI2V-5B), frames 4n+1 (``wan_core.pipeline.video_size_problems`` words the same checks at more
+    length)."""
     problems = []
     for name, value in (("width", width), ("height", height)):
-        if value < 16 or value % 16:
-            lo, hi = nearest_valid(max(value, 1), 16)
-            problems.append(f"{name}={value}: must be a multiple of 16; nearest valid: {lo} or {hi}")
+        if value < multiple or value % multiple:
+            lo, hi = nearest_valid(max(value, 1), multiple)
+            problems.append(f"{name}={value}: must be a multiple of {multiple}; nearest valid: {lo} or {hi}")
     if frames < 1 or (frames - 1) % 4:
         lo, hi = nearest_valid(max(frames, 1), 4, 1)
         problems.append(f"frames={frames}: must be 4n+1; nearest valid: {lo} or {hi}")
@@ -105,7 +114,7 @@ def dit_param_counts(model: str) -> dict[str, int]:
     c = MODELS[model]
     d, f, n = c["dim"], c["ffn_dim"], c["num_layers"]
     pt, ph, pw = FIXED["patch"]
-    patch = d * FIXED["in_dim"] * pt * ph * pw + d
+    patch = d * spec(model, "in_dim") * pt * ph * pw + d
     text = FIXED["text_dim"] * d + d + d * d + d
     time = FIXED["freq_dim"] * d + d + d * d + d + d * 6 * d + 6 * d
     block = (6 * d                      # modulation
@@ -113,7 +122,8 @@ def dit_param_counts(model: str) -> dict[str, int]:
              + 2 * d                    # norm3 (affine LayerNorm)
              + 4 * (d * d + d) + 2 * d  # cross-attention
              + d * f + f + f * d + d)   # FFN
-    head = 2 * d + d * FIXED["out_dim"] * pt * ph * pw + FIXED["out_dim"] * pt * ph * pw
+    out_dim = spec(model, "out_dim")
+    head = 2 * d + d * out_dim * pt * ph * pw + out_dim * pt * ph * pw
     return {"total": patch + text + time + n * block + head,
             "block_linear": n * (8 * d * d + 2 * d * f), "block_linear_layers": n * 10}
 
@@ -140,7 +150,8 @@ def estimate(width: int = 832, height: int = 480, frames: int = 81, batch_size: 
              skiparse_custom: Sequence[int] | None = None, steps: int = 30, guidance: float = 5.0) -> dict:
     """Everything the canvas shows for one setting, as a JSON-able dict.
 
-    ``model``: "1.3B" | "14B"; ``dtype``: weight dtype "fp32" | "fp16" | "bf16" | "fp8"; ``skiparse``:
+    ``model``: "1.3B" | "14B" | "5B" (Wan 2.2 TI2V: 48 channels at 16x, sizes multiple of 32); ``dtype``: weight
+    dtype "fp32" | "fp16" | "bf16" | "fp8"; ``skiparse``:
     schedule "none" | "osp13" (ratio ``skiparse_k``) | "suv" | "custom" (``skiparse_custom`` per block).
     Keys: ``valid``/``problems`` (frames 4n+1, sizes multiple of 16), ``latent_shape`` [B, 16, T, H/8, W/8],
     ``tokens`` (video tokens per sample), ``text_tokens``, ``forwards_per_step``, ``sparse_blocks``,
@@ -153,9 +164,10 @@ def estimate(width: int = 832, height: int = 480, frames: int = 81, batch_size: 
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
     c = MODELS[model]
     d, f, n = c["dim"], c["ffn_dim"], c["num_layers"]
-    problems = size_problems(width, height, frames)
+    space = spec(model, "vae_space")
+    problems = size_problems(width, height, frames, 2 * space)
     t_lat = max(frames - 1, 0) // FIXED["vae_time"] + 1
-    h_lat, w_lat = height // FIXED["vae_space"], width // FIXED["vae_space"]
+    h_lat, w_lat = height // space, width // space
     pt, ph, pw = FIXED["patch"]
     tokens = (t_lat // pt) * (h_lat // ph) * (w_lat // pw)
     text = FIXED["text_len"]
@@ -175,7 +187,7 @@ def estimate(width: int = 832, height: int = 480, frames: int = 81, batch_size: 
     attn = forwards * sparse
     cross = forwards * n * 4.0 * b * tokens * text * d
     per_block_linear = 2.0 * b * (tokens * (6 * d * d + 2 * d * f) + text * 2 * d * d)
-    embed = 2.0 * b * tokens * d * (FIXED["in_dim"] * pt * ph * pw + FIXED["out_dim"] * pt * ph * pw)
+    embed = 2.0 * b * tokens * d * (spec(model, "in_dim") * pt * ph * pw + spec(model, "out_dim") * pt * ph * pw)
     linear = forwards * (n * per_block_linear + embed)
     per_step = attn + cross + linear
 
@@ -186,7 +198,7 @@ def estimate(width: int = 832, height: int = 480, frames: int = 81, batch_size: 
     return {
         "valid": not problems,
         "problems": problems,
-        "latent_shape": [b, FIXED["latent_channels"], t_lat, h_lat, w_lat],
+        "latent_shape": [b, spec(model, "latent_channels"), t_lat, h_lat, w_lat],
         "tokens": tokens,
         "text_tokens": text,
         "forwards_per_step": forwards,
@@ -214,8 +226,9 @@ def memory_needs(width: int, height: int, frames: int, batch_size: int = 1, mode
     DiT (0 when ``model`` is None, e.g. a test-size model). Lower bounds: caches, the VAE and the text
     encoder come on top."""
     t_lat = (frames - 1) // FIXED["vae_time"] + 1
-    latent = 4 * batch_size * FIXED["latent_channels"] * t_lat * (height // FIXED["vae_space"]) * (
-        width // FIXED["vae_space"])
+    channels = spec(model, "latent_channels") if model else FIXED["latent_channels"]
+    space = spec(model, "vae_space") if model else FIXED["vae_space"]
+    latent = 4 * batch_size * channels * t_lat * (height // space) * (width // space)
     video = 4 * batch_size * 3 * frames * height * width
     if model is None:
         return {"latent": latent, "video": video, "activations": 0, "weights": 0}

@@ -8,11 +8,13 @@
 import { app } from "../../scripts/app.js";
 import { estimate, expectedEvaluations, formatBytes, formatFlops, modelSizeFromName } from "./wancore_estimate.js";
 
-const LATENT_NODES = ["WanCoreEmptyLatent", "EmptyHunyuanLatentVideo"];
+const LATENT_NODES = ["WanCoreEmptyLatent", "EmptyHunyuanLatentVideo", "WanCoreEmptyLatent22",
+  "WanCoreImageToVideoLatent22"];
 const SAMPLER = "WanCoreSampler";
 const LOADER = "WanCoreModelLoader";
 const CACHE = "WanCoreCache";
-const TARGETS = ["WanCoreEmptyLatent", SAMPLER];
+const TARGETS = ["WanCoreEmptyLatent", "WanCoreEmptyLatent22", SAMPLER];
+const MOE = "WanCoreMoE"; // Wan 2.2 A14B: the estimate is that of one expert (the high-noise one's loader)
 const LINE_HEIGHT = 15;
 const LINES = 4; // estimate lines (warning lines come on top)
 const PASS_THROUGH = ["Reroute", "PrimitiveNode"];
@@ -109,7 +111,9 @@ function gather(node) {
     latent = latentSettings(node);
     sampler = downstream(node, 0).find((n) => n.type === SAMPLER) ?? null;
   }
-  const model = modelSettings(sampler ? upstream(sampler, "model") : null);
+  let modelNode = sampler ? upstream(sampler, "model") : null;
+  if (modelNode?.type === MOE) modelNode = upstream(modelNode, "high_noise_model");
+  const model = modelSettings(modelNode);
   const cacheNode = node.type === SAMPLER ? upstream(node, "cache") : null;
   return { latent, model, sampler: sampler ? samplerSettings(sampler) : { steps: 30, guidance: 5.0 },
            cache: cacheNode?.type === CACHE ? cacheSettings(cacheNode) : null };

@@ -6,6 +6,9 @@
 export const MODELS = {
   "1.3B": { dim: 1536, ffn_dim: 8960, num_heads: 12, num_layers: 30 },
   "14B": { dim: 5120, ffn_dim: 13824, num_heads: 40, num_layers: 40 },
+  // Wan 2.2 TI2V-5B: 48 latent channels at 16x (docs/wan22.md section 1)
+  "5B": { dim: 3072, ffn_dim: 14336, num_heads: 24, num_layers: 30, in_dim: 48, out_dim: 48, latent_channels: 48,
+    vae_space: 16 },
 };
 const FIXED = {
   in_dim: 16, out_dim: 16, text_dim: 4096, freq_dim: 256, text_len: 512,
@@ -35,12 +38,14 @@ export function nearestValid(value, multiple, offset = 0) {
   return [below, above];
 }
 
-export function sizeProblems(width, height, frames) {
+const spec = (model, key) => MODELS[model][key] ?? FIXED[key];
+
+export function sizeProblems(width, height, frames, multiple = 16) {
   const problems = [];
   for (const [name, value] of [["width", width], ["height", height]]) {
-    if (value < 16 || mod(value, 16) !== 0) {
-      const [lo, hi] = nearestValid(Math.max(value, 1), 16);
-      problems.push(`${name}=${value}: must be a multiple of 16; nearest valid: ${lo} or ${hi}`);
+    if (value < multiple || mod(value, multiple) !== 0) {
+      const [lo, hi] = nearestValid(Math.max(value, 1), multiple);
+      problems.push(`${name}=${value}: must be a multiple of ${multiple}; nearest valid: ${lo} or ${hi}`);
     }
   }
   if (frames < 1 || mod(frames - 1, 4) !== 0) {
@@ -91,11 +96,12 @@ export function ditParamCounts(model) {
   const c = MODELS[model];
   const d = c.dim, f = c.ffn_dim, n = c.num_layers;
   const [pt, ph, pw] = FIXED.patch;
-  const patch = d * FIXED.in_dim * pt * ph * pw + d;
+  const patch = d * spec(model, "in_dim") * pt * ph * pw + d;
   const text = FIXED.text_dim * d + d + d * d + d;
   const time = FIXED.freq_dim * d + d + d * d + d + d * 6 * d + 6 * d;
   const block = 6 * d + 4 * (d * d + d) + 2 * d + 2 * d + 4 * (d * d + d) + 2 * d + d * f + f + f * d + d;
-  const head = 2 * d + d * FIXED.out_dim * pt * ph * pw + FIXED.out_dim * pt * ph * pw;
+  const outDim = spec(model, "out_dim");
+  const head = 2 * d + d * outDim * pt * ph * pw + outDim * pt * ph * pw;
   return {
     total: patch + text + time + n * block + head,
     block_linear: n * (8 * d * d + 2 * d * f),
@@ -121,9 +127,10 @@ export function estimate({
   if (!(model in MODELS)) throw new Error(`model must be one of ${Object.keys(MODELS).join(", ")}, got '${model}'`);
   const c = MODELS[model];
   const d = c.dim, f = c.ffn_dim, n = c.num_layers;
-  const problems = sizeProblems(width, height, frames);
+  const space = spec(model, "vae_space");
+  const problems = sizeProblems(width, height, frames, 2 * space);
   const tLat = floorDiv(Math.max(frames - 1, 0), FIXED.vae_time) + 1;
-  const hLat = floorDiv(height, FIXED.vae_space), wLat = floorDiv(width, FIXED.vae_space);
+  const hLat = floorDiv(height, space), wLat = floorDiv(width, space);
   const [pt, ph, pw] = FIXED.patch;
   const tokens = floorDiv(tLat, pt) * floorDiv(hLat, ph) * floorDiv(wLat, pw);
   const text = FIXED.text_len;
@@ -145,7 +152,7 @@ export function estimate({
   const attn = forwards * sparse;
   const cross = forwards * n * 4.0 * b * tokens * text * d;
   const perBlockLinear = 2.0 * b * (tokens * (6 * d * d + 2 * d * f) + text * 2 * d * d);
-  const embed = 2.0 * b * tokens * d * (FIXED.in_dim * pt * ph * pw + FIXED.out_dim * pt * ph * pw);
+  const embed = 2.0 * b * tokens * d * (spec(model, "in_dim") * pt * ph * pw + spec(model, "out_dim") * pt * ph * pw);
   const linear = forwards * (n * perBlockLinear + embed);
   const perStep = attn + cross + linear;
 
@@ -156,7 +163,7 @@ export function estimate({
   return {
     valid: problems.length === 0,
     problems,
-    latent_shape: [b, FIXED.latent_channels, tLat, hLat, wLat],
+    latent_shape: [b, spec(model, "latent_channels"), tLat, hLat, wLat],
     tokens,
     text_tokens: text,
     forwards_per_step: forwards,
@@ -175,7 +182,10 @@ export function estimate({
   };
 }
 
-export const modelSizeFromName = (fileName) => (String(fileName).toLowerCase().includes("14b") ? "14B" : "1.3B");
+export const modelSizeFromName = (fileName) => {
+  const name = String(fileName).toLowerCase();
+  return name.includes("14b") ? "14B" : name.includes("5b") ? "5B" : "1.3B";
+};
 
 function sig3(x) {
   if (x >= 100) return String(Math.floor(x + 0.5));

@@ -58,7 +58,17 @@ REPACKAGED_FILES = {
     "wan2.1_i2v_480p_14B_fp8_e4m3fn.safetensors": "diffusion_models",
     "wan2.1_flf2v_720p_14B_fp8_e4m3fn.safetensors": "diffusion_models",
     "clip_vision_h.safetensors": "clip_vision",
+    # Wan 2.2 (docs/wan22.md section 6), from HF_REPACKAGED_22
+    "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors": "diffusion_models",
+    "wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors": "diffusion_models",
+    "wan2.2_ti2v_5B_fp16.safetensors": "diffusion_models",
+    "wan2.2_vae.safetensors": "vae",
 }
+HF_REPACKAGED_22 = "https://huggingface.co/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files"
+DIT_A14B_HIGH = "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors"
+DIT_A14B_LOW = "wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors"
+DIT_TI2V_5B = "wan2.2_ti2v_5B_fp16.safetensors"
+VAE_22 = "wan2.2_vae.safetensors"
 DIT_1_3B = "wan2.1_t2v_1.3B_fp16.safetensors"
 DIT_I2V = "wan2.1_i2v_480p_14B_fp8_e4m3fn.safetensors"
 DIT_FLF2V = "wan2.1_flf2v_720p_14B_fp8_e4m3fn.safetensors"
@@ -82,7 +92,8 @@ SCHEDULERS = ("simple", "sgm_uniform", "karras", "exponential", "ddim_uniform", 
 
 def model_hint(name: str) -> dict[str, str]:
     directory = REPACKAGED_FILES[name]
-    return {"name": name, "url": f"{HF_REPACKAGED}/{directory}/{name}?download=true", "directory": directory}
+    base = HF_REPACKAGED_22 if name.startswith("wan2.2_") else HF_REPACKAGED
+    return {"name": name, "url": f"{base}/{directory}/{name}?download=true", "directory": directory}
 
 
 # ---------------------------------------------------------------- ComfyUI core nodes used here
@@ -271,7 +282,7 @@ def workflows() -> list[Workflow]:
     ])
     return [basic, long_tiled, native, distill_workflow(), multi_gpu_workflow(),
             fast_workflow(), cached_workflow(), demo_workflow(), native_fast_workflow(),
-            *image_workflows()]
+            *image_workflows(), *wan22_workflows()]
 
 
 _I2V_FILES_NOTE = """
@@ -320,6 +331,65 @@ def image_workflows() -> list[Workflow]:
             i2v_links["end_image"] = (12, 0)
         out.append(Workflow(name, f"## WanCore: {title}\n{about}\n" + _I2V_FILES_NOTE.format(dit=dit), nodes))
     return out
+
+
+_WAN22_FILES_NOTE = """
+**Model files** (ComfyUI's repackaged Wan 2.2 files; the loaders offer the download):
+
+```
+ComfyUI/models/
+{files}├── text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors
+└── vae/{vae}
+```
+Source: huggingface.co/Comfy-Org/Wan_2.2_ComfyUI_Repackaged (split_files/...); the text encoder is Wan 2.1's.
+See docs/wan22.md.
+"""
+
+
+def wan22_workflows() -> list[Workflow]:
+    """Wan 2.2 (docs/wan22.md section 6): the A14B experts through WanCoreMoE, and TI2V-5B image-to-video."""
+    a14b = Workflow("t2v_wan22_a14b", "## WanCore: text to video (Wan 2.2 T2V-A14B, two experts)\n"
+                    "The high-noise expert runs the steps with timestep >= 875, the low-noise expert the rest "
+                    "(**WanCore Wan 2.2 MoE**), each with its own guidance (4.0 / 3.0; the sampler's guidance is "
+                    "not used). Official settings: 1280x720, 81 frames at 16 fps, 40 UniPC steps, shift 12. Both "
+                    "experts are 14B models: fp8 files keep each at about 14 GB.\n"
+                    + _WAN22_FILES_NOTE.format(files=f"├── diffusion_models/{DIT_A14B_HIGH}\n"
+                                                     f"├── diffusion_models/{DIT_A14B_LOW}\n", vae=VAE), [
+        Node(1, "WanCoreModelLoader", {"model_name": DIT_A14B_HIGH}, title="High-noise expert"),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
+        Node(3, "WanCoreVAELoader", {"vae_name": VAE}),
+        _encode(PROMPT),
+        Node(5, "WanCoreEmptyLatent", {"width": 1280, "height": 720, "frames": 81, "batch_size": 1}),
+        Node(6, "WanCoreSampler", {"seed": 42, "steps": 40, "guidance": 4.0, "shift": 12.0, "solver": "unipc",
+                                   "schedule": "official", "denoise": 1.0},
+             {"model": (11, 0), "embeds": (4, 0), "latent": (5, 0)}),
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, "video/WanCore_wan22_a14b"),
+        Node(10, "WanCoreModelLoader", {"model_name": DIT_A14B_LOW}, title="Low-noise expert"),
+        Node(11, "WanCoreMoE", {"boundary": 0.875, "guidance_high": 4.0, "guidance_low": 3.0},
+             {"high_noise_model": (1, 0), "low_noise_model": (10, 0)}),
+    ])
+    ti2v = Workflow("ti2v_wan22_5b", "## WanCore: image to video (Wan 2.2 TI2V-5B)\n"
+                    "The start image, resized to 1280x704 (no crop), becomes the first latent frame and stays "
+                    "fixed (**WanCore Image to Video Latent (Wan 2.2 TI2V-5B)**); for text to video use **WanCore "
+                    "Empty Video Latent (Wan 2.2 TI2V-5B)** instead. Official settings: 121 frames at 24 fps, "
+                    "50 UniPC steps, guidance 5, shift 5; sizes are multiples of 32 (the Wan 2.2 VAE compresses "
+                    "16x16).\n" + _WAN22_FILES_NOTE.format(files=f"├── diffusion_models/{DIT_TI2V_5B}\n", vae=VAE_22),
+                    [
+        Node(1, "WanCoreModelLoader", {"model_name": DIT_TI2V_5B}),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
+        Node(3, "WanCoreVAELoader", {"vae_name": VAE_22}),
+        _encode(PROMPT),
+        Node(5, "WanCoreImageToVideoLatent22", {"width": 1280, "height": 704, "frames": 121, "batch_size": 1},
+             {"vae": (3, 0), "start_image": (10, 0)}),
+        _sampler({"steps": 50, "guidance": 5.0, "shift": 5.0}),
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        Node(8, "CreateVideo", {"fps": 24.0}, {"images": (7, 0)}),
+        Node(9, "SaveVideo", {"filename_prefix": "video/WanCore_ti2v_5b", "format": "auto", "codec": "auto"},
+             {"video": (8, 0)}),
+        Node(10, "LoadImage", {"image": "example.png"}, title="Start image"),
+    ])
+    return [a14b, ti2v]
 
 
 def native_fast_workflow() -> Workflow:

@@ -199,3 +199,51 @@ def test_wan22_style_i2v_without_clip_runs():
     with torch.no_grad():
         out = model(torch.randn(1, 16, 1, 4, 4), 500, [torch.randn(3, 32)], image_latent=torch.randn(1, 20, 1, 4, 4))
     assert out.shape == (1, 16, 1, 4, 4)
+
+
+def test_fp8_i2v_file_keeps_image_projections_in_fp8(case, tmp_path):
+    """A ComfyUI-style fp8_e4m3fn I2V file: k_img / v_img stay fp8 like q/k/v/o, img_emb in the compute dtype;
+    the output stays close to the fp32 model's (fp8 rounding only)."""
+    from wan_core.quant.fp8 import FP8Linear
+
+    cfg, x, y, clip, t, ctx, expected, tmp = case
+    from safetensors.torch import load_file
+
+    sd = load_file(tmp / "official.safetensors")
+    fp8 = {k: (v.to(torch.float8_e4m3fn) if v.dim() == 2 and k.startswith("blocks.") else v) for k, v in sd.items()}
+    save_file(fp8, tmp_path / "i2v_fp8_e4m3fn.safetensors")
+    model = load_dit(tmp_path / "i2v_fp8_e4m3fn.safetensors", dtype=torch.float32, config=cfg, weights="fp8_e4m3fn")
+    attn = model.blocks[0].cross_attn
+    assert isinstance(attn.k_img, FP8Linear) and isinstance(attn.v_img, FP8Linear)
+    assert model.img_emb.proj[1].weight.dtype == torch.float32
+    with torch.no_grad():
+        out = model(x, t, ctx, image_latent=y, clip_tokens=clip)
+    assert rel_err(out, expected) < 0.2
+
+
+def test_lora_on_image_projections_changes_the_output_and_restores():
+    """An I2V LoRA with k_img / v_img layers (official names) applies to the image cross-attention."""
+    from wan_core import apply_lora, remove_loras
+
+    model = tiny(in_dim=36, image_dim=CLIP)
+    dim = model.config.dim
+    g = torch.Generator().manual_seed(1)
+    lora = {}
+    for i in range(model.config.num_layers):
+        for name in ("k_img", "v_img"):
+            lora[f"diffusion_model.blocks.{i}.cross_attn.{name}.lora_A.weight"] = torch.randn(2, dim, generator=g)
+            lora[f"diffusion_model.blocks.{i}.cross_attn.{name}.lora_B.weight"] = torch.randn(dim, 2, generator=g)
+    x, ctx = torch.randn(1, 16, 1, 4, 4), [torch.randn(3, 32)]
+    y, clip = torch.randn(1, 20, 1, 4, 4), torch.randn(1, 257, CLIP)
+    before = model.blocks[1].cross_attn.k_img.weight.clone()
+    with torch.no_grad():
+        plain = model(x, 500, ctx, image_latent=y, clip_tokens=clip)
+        apply_lora(model, lora, strength=1.0)
+        lora_out = model(x, 500, ctx, image_latent=y, clip_tokens=clip)
+        expected = before + lora["diffusion_model.blocks.1.cross_attn.k_img.lora_B.weight"] @ \
+            lora["diffusion_model.blocks.1.cross_attn.k_img.lora_A.weight"]
+        torch.testing.assert_close(model.blocks[1].cross_attn.k_img.weight, expected, rtol=1e-5, atol=1e-5)
+        remove_loras(model)
+        again = model(x, 500, ctx, image_latent=y, clip_tokens=clip)
+    assert (lora_out - plain).abs().max() > 1e-3
+    assert torch.equal(again, plain)

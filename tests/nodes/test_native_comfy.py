@@ -5,8 +5,8 @@ Run it from a ComfyUI checkout's Python environment, with that checkout importab
     PYTHONPATH=/path/to/ComfyUI python -m pytest tests/nodes/test_native_comfy.py
 
 ComfyUI's own Wan DiT (``comfy.sd.load_diffusion_model_state_dict``, the loader behind UNETLoader) is built from a
-tiny random state dict in official key names (head_dim 128 as ComfyUI's detection assumes; the text width set
-through the file metadata ComfyUI reads). Checked:
+tiny random state dict in official key names (head_dim 128 and text width 4096, as ComfyUI's detection
+assumes). Checked:
 
 * patched with ``sdpa``/``none`` it is bit-identical to unpatched (the node returns the input; the override with
   those settings, forced on, also changes nothing); ``int8`` stays within the int8 tolerance
@@ -55,7 +55,11 @@ from nodes import native  # noqa: E402
 from wan_core.attention import AttentionDispatch, SkiparseSchedule  # noqa: E402
 from wan_core.dit.model import WanDiT  # noqa: E402
 
-from ..attention.helpers import CFG, cos_rel_l1, random_dit_state  # noqa: E402
+from ..attention.helpers import CFG as _CFG  # noqa: E402
+from ..attention.helpers import cos_rel_l1, random_dit_state  # noqa: E402
+
+# umT5's width as text width: ComfyUI 0.3.64 reads no config from the file and assumes it
+CFG = _CFG.replace(text_dim=4096, name="tiny-native")
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT_LEN = 512
@@ -68,8 +72,7 @@ def weights():
 
 def native_patcher(sd):
     """ComfyUI's ModelPatcher around its own WanModel with ``sd`` (as UNETLoader loads a file)."""
-    meta = {"config": json.dumps({"transformer": {"text_dim": CFG.text_dim}})}
-    return comfy.sd.load_diffusion_model_state_dict({k: v.clone() for k, v in sd.items()}, metadata=meta)
+    return comfy.sd.load_diffusion_model_state_dict({k: v.clone() for k, v in sd.items()})
 
 
 def inputs(seed=5, grid=(3, 6, 5)):
@@ -82,7 +85,10 @@ def inputs(seed=5, grid=(3, 6, 5)):
 
 
 def native_forward(patcher, x, t, ctx):
+    """The diffusion model's forward with the patcher's options and wrappers, as sampling passes them
+    (``comfy/sampler_helpers.py`` merges ``ModelPatcher.wrappers`` into ``transformer_options["wrappers"]``)."""
     to = copy.copy(patcher.model_options.get("transformer_options", {}))
+    to["wrappers"] = copy.copy(patcher.wrappers)
     with torch.no_grad():
         return patcher.model.diffusion_model(x, t, ctx, transformer_options=to).float()
 
@@ -157,6 +163,20 @@ def sample(model, steps=10, cfg=5.0, seed=0):
     neg = [[torch.zeros_like(ctx), {}]]
     return comfy.sample.sample(model, noise, steps, cfg, "uni_pc", "simple", pos, neg, latent, denoise=1.0,
                                disable_pbar=True, seed=seed)
+
+
+def test_attention_and_cache_patches_chain(weights):
+    """Both nodes on one model (their block replace patches chained), through ComfyUI's sampler."""
+    m = native_patcher(weights)
+    shown: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native.host, "show_text", shown.append)
+        a = native.patch_attention(m, "int8", "osp13", 4)[0]
+        both = native.patch_cache(a, "magcache", threshold=0.5, calibration=calibration_text(10))[0]
+        out = sample(both, 10)
+        sparse_only = sample(a, 10)
+    assert shown[-1].startswith("cache magcache: ") and "reused" in shown[-1]
+    assert torch.isfinite(out).all() and not torch.equal(out, sparse_only)
 
 
 def calibration_text(steps):

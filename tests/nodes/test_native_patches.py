@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from nodes import native
-from nodes.native import NativeAttention, NativeCache
+from nodes.native import NativeAttention, NativeCache, NativeCacheRun
 from wan_core.attention import AttentionCall, AttentionDispatch, SkiparseSchedule
 from wan_core.cache import CacheConfig, Calibration
 from wan_core.dit.model import WanDiT
@@ -98,16 +98,31 @@ def test_override_leaves_masked_and_non_grid_calls_to_comfy():
     assert torch.equal(out, native_sdpa(flat(q), flat(k), flat(v), 2, mask=mask))
 
 
-def test_after_block_resets_the_call_counter_for_one_block_models():
+def test_block_patch_resets_the_call_counter_and_sets_the_block():
+    """ComfyUI 0.3.64's Wan forward sets neither the block number nor the grid: the attention patch's block
+    replace patches and DIFFUSION_MODEL wrapper do; a one-block model sees a fresh counter at every forward."""
     q, k, v = qkv()
     override = NativeAttention("sdpa", "custom", ks=(4,))
-    to = {"grid_sizes": GRID, "block_index": 0, "total_blocks": 1}
-    sparse = override(native_sdpa, flat(q), flat(k), flat(v), heads=2, transformer_options=to)
-    override(native_sdpa, flat(q), flat(k), flat(v), heads=2, transformer_options=to)  # cross
-    override.after_block({"img": None, "transformer_options": to})
-    again = override(native_sdpa, flat(q), flat(k), flat(v), heads=2, transformer_options=to)
-    assert torch.equal(sparse, again)
-    assert not torch.equal(sparse, native_sdpa(flat(q), flat(k), flat(v), 2))
+    to: dict = {}
+    outs = []
+
+    def block(args):  # the Wan block: self-attention, then cross-attention
+        for _ in range(2):
+            outs.append(override(native_sdpa, flat(q), flat(k), flat(v), heads=2,
+                                 transformer_options=args["transformer_options"]))
+        return args
+
+    x = torch.zeros(1, 16, 6, 12, 10)  # grid (6, 6, 5) = 180 tokens: not this call's 90, so dense
+    native.grid_wrapper(Executor(lambda *a, **kw: None, class_obj=WanModel()), x, None, None, to)
+    assert to["grid_sizes"] == (6, 6, 5)
+    to["grid_sizes"] = GRID
+    patch = native.attention_block_patch(0, 1)
+    for _ in range(2):  # two forwards
+        patch({"img": None, "transformer_options": to}, {"original_block": block})
+    dense = native_sdpa(flat(q), flat(k), flat(v), 2)
+    assert torch.equal(outs[0], outs[2]) and not torch.equal(outs[0], dense)  # self-attention: sparse
+    assert torch.equal(outs[1], dense) and torch.equal(outs[3], dense)  # cross-attention: dense
+    assert to["block_index"] == 0 and to["total_blocks"] == 1
 
 
 class NativeStyleDispatch(AttentionDispatch):
@@ -122,10 +137,9 @@ class NativeStyleDispatch(AttentionDispatch):
         self.last_block: int | None = None
 
     def __call__(self, q, k, v, call):
-        if call.layer != self.last_block and self.last_block is not None:
-            self.override.after_block({"transformer_options": self.to})
+        if call.layer != self.last_block:  # a new block starts (what attention_block_patch does natively)
+            NativeAttention.enter_block(self.to, call.layer, self.layers)
         self.last_block = call.layer
-        self.to.update(block_index=call.layer, total_blocks=self.layers)
         out = self.override(native_sdpa, flat(q), flat(k), flat(v), heads=q.shape[1], transformer_options=self.to)
         return out.view(q.shape[0], q.shape[2], q.shape[1], -1).transpose(1, 2)
 
@@ -192,9 +206,12 @@ class FakePatcher:
         n.model_options = copy.deepcopy(self.model_options)
         return n
 
-    def set_model_patch(self, patch, name):
+    def set_model_patch_replace(self, patch, name, block_name, number):
         to = self.model_options["transformer_options"]
-        to.setdefault("patches", {}).setdefault(name, []).append(patch)
+        to.setdefault("patches_replace", {}).setdefault(name, {})[(block_name, number)] = patch
+
+    def add_wrapper_with_key(self, wrapper_type, key, fn):
+        self.model_options.setdefault("wrappers", {}).setdefault(wrapper_type, {}).setdefault(key, []).append(fn)
 
 
 def test_attention_node_clones_and_never_mutates_the_input():
@@ -206,7 +223,10 @@ def test_attention_node_clones_and_never_mutates_the_input():
     assert patched is not model and model.model_options == before
     to = patched.model_options["transformer_options"]
     assert isinstance(to["optimized_attention_override"], NativeAttention)
-    assert to["patches"]["double_block"] == [NativeAttention.after_block]
+    assert sorted(to["patches_replace"]["dit"]) == [("double_block", i) for i in range(6)]
+    assert patched.model_options["wrappers"]["diffusion_model"]["wancore_attention"] == [native.grid_wrapper]
+    (backend_only,) = native.patch_attention(model, "int8", "none", 4, "")  # no block patches needed
+    assert "patches_replace" not in backend_only.model_options["transformer_options"]
 
 
 def test_attention_node_chains_an_existing_override():
@@ -415,3 +435,15 @@ def test_conditioning_converter_pads_like_comfys_encoder():
     assert torch.equal(neg[0][0][0, :3], 2 * torch.ones(3, 8))
     with pytest.raises(ValueError, match="exceed text_len 4"):
         native.to_conditioning(embeds, 4)
+
+
+def test_time_embeddings_take_per_token_timesteps():
+    """Wan 2.2 TI2V passes one timestep per token: the indicator uses each row's largest (the noised tokens)."""
+    torch.manual_seed(0)
+    dm = TinyNative()
+    x = torch.zeros(2, 16, 1, 2, 2)
+    per_token = torch.tensor([[0.0, 700.0, 700.0], [0.0, 500.0, 500.0]])
+    e, e0 = NativeCacheRun.time_embeddings(dm, per_token, x)
+    ref, ref0 = NativeCacheRun.time_embeddings(dm, torch.tensor([700.0, 500.0]), x)
+    assert e.shape == (2, 8) and e0.shape == (2, 6, 8)
+    assert torch.equal(e, ref) and torch.equal(e0, ref0)

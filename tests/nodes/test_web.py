@@ -27,6 +27,8 @@ SETTINGS = [
     {"width": 832, "height": 480, "frames": 161, "model": "1.3B", "dtype": "fp16", "skiparse": "custom",
      "skiparse_custom": [1, 2, 4, 8, 4, 2] * 5},
     {"width": 480, "height": 832, "frames": 121, "model": "14B", "dtype": "bf16", "skiparse": "suv"},
+    {"width": 1280, "height": 704, "frames": 121, "model": "5B", "dtype": "bf16", "steps": 50},  # Wan 2.2 TI2V
+    {"width": 1264, "height": 700, "frames": 121, "model": "5B", "dtype": "fp8"},  # not multiples of 32
 ]
 
 

@@ -28,6 +28,7 @@ NAMES = ("t2v_basic", "t2v_fast", "t2v_long_tiled", "t2v_native_mix", "t2v_cache
          "i2v_wan21", "flf2v_wan21")
 NAMES += ("t2v_distill",)  # WanCoreLoRA + the distilled 4-step schedule (docs/lora.md section 5)
 NAMES += ("t2v_multi_gpu",)  # WanCoreContextParallel: runs on a 2-process CPU pool here (docs/parallel.md)
+NAMES += ("t2v_wan22_a14b", "ti2v_wan22_5b")  # Wan 2.2: WanCoreMoE, TI2V-5B first-frame latent (docs/wan22.md)
 # Graphs on ComfyUI's native MODEL (UNETLoader, KSampler): run end to end by tests/nodes/test_native_comfy.py
 NATIVE_MODEL = ("native_t2v_fast",)
 # Core ComfyUI node ids the workflows may use (read from ComfyUI 0.33's nodes.py / comfy_extras).
@@ -229,8 +230,9 @@ def test_ui_workflow_is_valid(name, catalog, build):
                 continue
             (hint,) = n["properties"]["models"]
             folder = build.REPACKAGED_FILES[file_name]
+            repo = "Wan_2.2_ComfyUI_Repackaged" if file_name.startswith("wan2.2_") else "Wan_2.1_ComfyUI_repackaged"
             assert hint == {"name": file_name, "directory": folder, "url":
-                            "https://huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/"
+                            f"https://huggingface.co/Comfy-Org/{repo}/resolve/main/split_files/"
                             f"{folder}/{file_name}?download=true"}
     assert not problems, problems
     for link_id, src, src_slot, dst, dst_slot, link_type in ui["links"]:
@@ -313,6 +315,26 @@ def _write_tiny_models(root: Path, names: dict[str, set[str]]) -> None:
         for file_name in names.get(folder, ()):
             save_file(sd, str(root / folder / file_name))
     _write_tiny_image_models(root, names)
+    _write_tiny_wan22_models(root, names)
+
+
+def _write_tiny_wan22_models(root: Path, names: dict[str, set[str]]) -> None:
+    """ti2v_wan22_5b: a tiny 48-channel DiT and a tiny Wan 2.2 VAE over the stand-ins of the same names."""
+    from safetensors.torch import save_file
+
+    from wan_core.config import DIT_PRESETS, TEXT_ENCODER_PRESETS
+    from wan_core.demo import random_vae_model
+    from wan_core.dit.model import WanDiT
+    from wan_core.vae import TINY_VAE22
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2)
+        dit = WanDiT(DIT_PRESETS["tiny"].replace(text_dim=TEXT_ENCODER_PRESETS["tiny"].d_model, in_dim=48, out_dim=48))
+        vae = random_vae_model(TINY_VAE22, 2)
+    for folder, marker, module in (("diffusion_models", "ti2v", dit), ("vae", "wan2.2_vae", vae)):
+        for file_name in names.get(folder, ()):
+            if marker in file_name:
+                save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(root / folder / file_name))
 
 
 def _write_tiny_image_models(root: Path, names: dict[str, set[str]]) -> None:
@@ -381,6 +403,7 @@ TINY = {
     "EmptyHunyuanLatentVideo": {"width": 64, "height": 48, "length": 5},
     "WanCoreSampler": {"steps": 2},
     "WanCoreImageToVideo": {"width": 64, "height": 48, "frames": 5},
+    "WanCoreImageToVideoLatent22": {"width": 64, "height": 32, "frames": 5},  # multiples of 32 (Wan 2.2 VAE)
 }
 TINY_LONG = {"width": 96, "height": 48, "frames": 9}  # t2v_long_tiled: wide enough for two tiles
 TINY_TILE = {"tile_size": 64, "overlap": 16}  # the smallest declared tile: 2 x 1 tiles on a 96x48 frame
@@ -469,7 +492,7 @@ def test_api_workflow_runs_end_to_end(name, pack, catalog, build, tiny_models_di
         for i in decl.inputs:
             if i.is_widget and i.name in node["inputs"]:
                 assert not value_problems(node["class_type"], i, node["inputs"][i.name], build)
-    frames, height, width = (9, 48, 96) if name == "t2v_long_tiled" else (5, 48, 64)
+    frames, height, width = {"t2v_long_tiled": (9, 48, 96), "ti2v_wan22_5b": (5, 32, 64)}.get(name, (5, 48, 64))
     records: dict = {}
     try:
         run_api_workflow(api, pack, _stand_ins(pack, records))
@@ -478,7 +501,7 @@ def test_api_workflow_runs_end_to_end(name, pack, catalog, build, tiny_models_di
 
         shutdown_pools()  # t2v_multi_gpu started a worker pool: its process group must not outlive the test
     saved = records["save_video"]["video"]
-    assert saved["fps"] == (8.0 if name == "t2v_demo" else 16.0)
+    assert saved["fps"] == {"t2v_demo": 8.0, "ti2v_wan22_5b": 24.0}.get(name, 16.0)
     images = saved["images"]
     assert images.shape == (frames, height, width, 3) and images.dtype == torch.float32
     assert torch.isfinite(images).all() and 0.0 <= images.min() and images.max() <= 1.0

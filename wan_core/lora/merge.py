@@ -44,20 +44,32 @@ def restore(model: nn.Module, param: str, saved: Backup) -> None:
         cast(torch.Tensor, module.weight_scale).copy_(scale)
 
 
+def add_change(w: torch.Tensor, patch: Patch, strength: float) -> None:
+    """``w += strength * patch.delta`` in place on a contiguous float32 tensor (low rank: one fused addmm)."""
+    factor = strength * patch.scale
+    if patch.up is not None and patch.down is not None and patch.diff is None:
+        up = patch.up.to(device=w.device, dtype=torch.float32).flatten(1)
+        down = patch.down.to(device=w.device, dtype=torch.float32).flatten(1)
+        w.view(w.shape[0], -1).addmm_(up, down, alpha=factor)
+    else:
+        assert patch.diff is not None
+        w.add_(patch.diff.to(device=w.device, dtype=torch.float32).reshape(w.shape), alpha=factor)
+
+
 def merge(model: nn.Module, param: str, changes: list[tuple[Patch, float]]) -> None:
     """Add ``sum(strength * patch.delta)`` to ``param`` in place (float32 math, cast back; fp8 requantised)."""
     module, leaf = owner(model, param)
     p = getattr(module, leaf)
     if isinstance(module, FP8Linear) and leaf == "weight":
-        w = module.dequantized_weight(torch.float32)
+        w = module.dequantized_weight(torch.float32).contiguous()
         for patch, strength in changes:
-            w += strength * patch.delta(w.shape, w.device)
+            add_change(w, patch, strength)
         granularity: Granularity = "tensor" if module.weight_scale.dim() == 0 else "channel"
         w8, scale = quantize_weight(w, granularity, scaled=True, fp8_dtype=p.dtype)
         p.data.copy_(w8)
         module.weight_scale.copy_(scale.reshape(module.weight_scale.shape))
         return
-    w = p.data.to(torch.float32, copy=True)
+    w = p.data.to(torch.float32, copy=True).contiguous()
     for patch, strength in changes:
-        w += strength * patch.delta(w.shape, w.device)
+        add_change(w, patch, strength)
     p.data.copy_(w.to(p.dtype))

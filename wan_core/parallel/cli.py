@@ -103,6 +103,23 @@ def wrap(dit: Any, args: Any) -> Any:
     return context_parallel(dit, build_groups(config))
 
 
+def decode(pipe: Any, latents: Any, tiling: str, progress=None) -> Any:
+    """VAE decode under torchrun: the spatial tiles split over the ranks (``distributed_decode``, tile 32 / overlap
+    8 latents), the video on rank 0 and None elsewhere; one process, or ``--tiling off``: ``pipe.decode``."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1 or tiling == "off" or pipe.vae is None:
+        return pipe.decode(latents, tiling=tiling, progress=progress)
+    from .vae import distributed_decode
+
+    vae = pipe.vae
+    video = distributed_decode(vae, latents.to(vae.device), tile=32, overlap=8,
+                               progress=progress if dist.get_rank() == 0 else None)
+    if video is not None and hasattr(vae, "_check_output"):
+        vae._check_output(video, "decode")  # NaN/Inf named as in the single-process decode
+    return video
+
+
 def is_writer() -> bool:
     """Rank 0 (or no group): the process that prints and writes files."""
     import torch.distributed as dist

@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..attention.dispatch import AttentionCall, AttentionDispatch, get_backend, warn_once
+from ..lora.stack import lora_state
 from .attention import usp_attention
 from .groups import ParallelGroups, check_degrees, padded_length
 
@@ -93,7 +94,7 @@ class ContextParallelMixin:
         """``h [B, L, D]`` (replicated on every rank) -> ``[B, L, D]`` (replicated), computed in parallel."""
         driver = getattr(self, "parallel_driver", None)
         if driver is not None:  # rank 0 of a worker pool: the workers mirror this run
-            driver.publish(h, e0, text, freqs, attention_cache, args, kwargs)
+            driver.publish(self, h, e0, text, freqs, attention_cache, args, kwargs)
             return driver.pool.guard(lambda: self._run_parallel(h, e0, text, freqs, None, args, kwargs))
         return self._run_parallel(h, e0, text, freqs, attention_cache, args, kwargs)
 
@@ -149,6 +150,7 @@ def context_parallel(dit: Any, groups: ParallelGroups) -> Any:
     cls = _CLASSES.get(base)
     if cls is None:
         cls = _CLASSES[base] = type(f"ContextParallel{base.__name__}", (ContextParallelMixin, base), {})
+    lora_state(dit)  # created on the original first, so this view and LoRA views of dit share the weights' state
     par = copy.copy(dit)
     par.__class__ = cls
     par.parallel_groups = groups

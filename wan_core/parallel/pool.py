@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import os
 import queue as queue_mod
 import time
 import traceback
@@ -91,16 +92,40 @@ class _Driver:
     def __init__(self, pool: "WorkerPool"):
         self.pool = pool
 
-    def publish(self, h, e0, text, freqs, attention_cache, args, kwargs) -> None:
+    def publish(self, model, h, e0, text, freqs, attention_cache, args, kwargs) -> None:
         if attention_cache is not None or args or kwargs:
             raise WorkerError("the context-parallel worker pool cannot mirror the attention cache (rank 0 alone "
                               "would skip attention): use cache exact, teacache, magcache, easycache or wan with "
                               "attention off, or run under torchrun")
         text_tensors, text_spec = _pack(text)
         tensors = [h, e0, freqs] + text_tensors
-        step = getattr(self.pool.model.attention, "step", None), getattr(self.pool.model.attention, "total", None)
-        self.pool.send({"op": "run_blocks", "meta": [_meta(t) for t in tensors], "text": text_spec, "step": step})
+        step = getattr(model.attention, "step", None), getattr(model.attention, "total", None)
+        self.pool.send({"op": "run_blocks", "meta": [_meta(t) for t in tensors], "text": text_spec, "step": step,
+                        "loras": lora_stack(model)})
         self.pool.guard(lambda: [dist.broadcast(_wire(t), 0, group=self.pool.world_group) for t in tensors])
+
+
+def lora_stack(model: Any) -> tuple:
+    """``((file, strength, merge), ...)`` of the LoRAs ``model`` wants (``wan_core.lora``): the workers apply the
+    same files at the same strengths, so their weights match rank 0's."""
+    from ..lora.stack import wanted_loras
+
+    out = []
+    for applied in wanted_loras(model):
+        source = applied.lora.source
+        if not isinstance(source, str) or not os.path.isfile(source):
+            raise WorkerError(f"LoRA {applied.name}: the context-parallel workers load LoRAs from files, this one "
+                              f"was given in memory ({source!r})")
+        out.append((source, applied.strength, applied.merge))
+    return tuple(out)
+
+
+def _set_loras(dit: Any, stack: tuple) -> None:
+    from ..lora.stack import apply_lora, remove_loras
+
+    remove_loras(dit)
+    for source, strength, merge in stack:
+        apply_lora(dit, source, strength, merge)
 
 
 def _worker(rank: int, world: int, port: int, device: str, spec: LoadSpec, config: ParallelConfig,
@@ -119,6 +144,7 @@ def _worker(rank: int, world: int, port: int, device: str, spec: LoadSpec, confi
         from .dit import context_parallel
 
         model = context_parallel(dit, groups)
+        loras: tuple = ()
         results.put(("ready", rank, None))
         parent = mp.parent_process()
         while True:
@@ -141,6 +167,9 @@ def _worker(rank: int, world: int, port: int, device: str, spec: LoadSpec, confi
                     tensors.append(torch.view_as_complex(wire) if dt.is_complex else wire)
                 h, e0, freqs, *text = tensors
                 model.attention.step, model.attention.total = cmd["step"]
+                if cmd["loras"] != loras:  # rank 0's model now wants other LoRAs (or strengths)
+                    _set_loras(dit, cmd["loras"])
+                    loras = cmd["loras"]
                 with torch.inference_mode():
                     model.run_blocks(h, e0, _unpack(text, cmd["text"]), freqs)
                 if device.startswith("cuda"):
@@ -192,11 +221,18 @@ class WorkerPool:
         except BaseException:
             self.close()
             raise
+        self.groups = groups
+        self.model = self.view(dit)
+        _POOLS.append(self)
+
+    def view(self, dit: Any) -> Any:
+        """Rank 0's parallel model for ``dit`` (the pool's model file, possibly a LoRA view of it): each node run
+        gets its own view, so its LoRA stack is the one the sampler activates and the workers mirror."""
         from .dit import context_parallel
 
-        self.model = context_parallel(dit, groups)
-        self.model.parallel_driver = _Driver(self)
-        _POOLS.append(self)
+        model = context_parallel(dit, self.groups)
+        model.parallel_driver = _Driver(self)
+        return model
 
     # ---- health
     def _dead(self) -> list[str]:
