@@ -77,20 +77,24 @@ def fp8_setup():
     return sd, official_file(random_lora(FP8_CFG, rank=8, alpha=8.0, seed=4, bias=True))
 
 
-@pytest.mark.parametrize("weights", ["fp8_scaled", "fp8_e4m3fn"])
-def test_fp8_merge_stays_fp8_and_close_to_bf16_merge(fp8_setup, weights):
+@pytest.mark.parametrize("weights, granularity", [("fp8_scaled", "tensor"), ("fp8_scaled", "channel"),
+                                                  ("fp8_e4m3fn", "tensor")])
+def test_fp8_merge_stays_fp8_and_close_to_bf16_merge(fp8_setup, weights, granularity):
     sd, lora = fp8_setup
     x, t, ctx = inputs(FP8_CFG)
     bf16 = load_dit(clones(sd), dtype=torch.bfloat16, config=FP8_CFG)
     apply_lora(bf16, lora)
-    fp8 = load_dit(clones(sd), dtype=torch.bfloat16, config=FP8_CFG, weights=weights)
-    plain_fp8 = load_dit(clones(sd), dtype=torch.bfloat16, config=FP8_CFG, weights=weights)
+    fp8 = load_dit(clones(sd), dtype=torch.bfloat16, config=FP8_CFG, weights=weights, fp8_granularity=granularity)
+    plain_fp8 = load_dit(clones(sd), dtype=torch.bfloat16, config=FP8_CFG, weights=weights,
+                         fp8_granularity=granularity)
+    scale_shape = tuple(fp8.blocks[0].self_attn.q.weight_scale.shape)
     state = {k: v.clone() for k, v in fp8.state_dict().items()}
     size = parameter_bytes(fp8)
     apply_lora(fp8, lora)
     assert parameter_bytes(fp8) == size
     layer = fp8.blocks[0].self_attn.q
     assert isinstance(layer, FP8Linear) and layer.weight.dtype == torch.float8_e4m3fn
+    assert tuple(layer.weight_scale.shape) == scale_shape  # the granularity is kept
     with torch.no_grad():
         ref, got, base = bf16(x, t, ctx), fp8(x, t, ctx), plain_fp8(x, t, ctx)
     lora_effect = (ref - base).abs().max()
