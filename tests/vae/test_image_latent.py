@@ -50,8 +50,12 @@ def test_to_model_from_model():
     assert torch.allclose(x[:, 5], (z[:, 5] - mean[5]) / std[5])
     assert torch.allclose(lf.from_model(x), z)
     assert lf.WAN21.process_in(z).equal(x)
-    with pytest.raises(ValueError, match="16 channels"):
-        lf.to_model(torch.zeros(1, 48, 1, 2, 2))
+    with pytest.raises(ValueError, match=r"16 \(Wan 2.1 VAE\) or 48 \(Wan 2.2 VAE\) channels"):
+        lf.to_model(torch.zeros(1, 32, 1, 2, 2))
+    z48 = torch.randn(1, 48, 2, 2, 2, dtype=torch.float64)  # Wan 2.2 VAE latents (docs/wan22.md section 3)
+    x48 = lf.to_model(z48)
+    assert torch.allclose(x48[:, 47], (z48[:, 47] - lf.WAN22_LATENTS_MEAN[47]) / lf.WAN22_LATENTS_STD[47])
+    assert torch.allclose(lf.from_model(x48), z48)
 
 
 def test_preview_rgb():
