@@ -484,6 +484,23 @@ def output_metadata(args, cfg, files: dict | None) -> dict:
     return meta
 
 
+def image_size_default(args) -> None:
+    """--image given without --width and --height: the size the official I2V code picks for that image (its
+    aspect ratio at about 832x480 pixels, ``wan_core.i2v.official_size``), said on stderr."""
+    if not getattr(args, "image", None) or args.width is not None or args.height is not None:
+        return
+    from .i2v import load_image, official_size
+
+    try:
+        image = load_image(args.image)
+    except ValueError:
+        return  # check_args names the problem
+    args.width, args.height = official_size(image.shape[1], image.shape[2])
+    print(f"wan_core: --image {image.shape[2]}x{image.shape[1]}: video size {args.width}x{args.height} (its "
+          f"aspect ratio at about 832x480, as the official I2V code picks; --width/--height to choose)",
+          file=sys.stderr)
+
+
 def encode_image_condition(args, cfg, dit, vae, files, device):
     """--image (and --last-image) -> the ``ImageCondition`` of ``cfg``'s size: the request checked against the DiT
     first, then the CLIP vision encoder loaded, used and released, and the frames VAE-encoded (docs/i2v.md)."""
@@ -521,6 +538,7 @@ def cmd_generate(args) -> int:
         print("wan_core: no model files given: using the built-in demo model (wancore-demo: coloured shapes "
               "moving in four directions, docs/demo_model.md); pass --models-dir or --dit/--vae/--text-encoder "
               "for Wan 2.1", file=sys.stderr)
+    image_size_default(args)  # --image without --width/--height: the official I2V size for the image
     presets: dict[str, Mapping[str, object]] = {"tiny-random": TINY_DEFAULTS, "demo": DEMO_DEFAULTS}
     defaults = wan22_cli.defaults(args, presets.get(args.preset, FULL_DEFAULTS))
     for key, value in defaults.items():

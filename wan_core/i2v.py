@@ -13,7 +13,7 @@ from . import latent_format
 from .progress import InterruptFn, ProgressFn
 
 __all__ = ["ImageCondition", "check_image_model", "check_image_request", "condition_mask", "conditioning_video",
-           "image_condition", "load_image", "resize_image"]
+           "image_condition", "load_image", "official_size", "resize_image"]
 
 MASK_CHANNELS = TEMPORAL = latent_format.TEMPORAL_FACTOR  # 4: one mask channel per pixel frame of a latent frame
 
@@ -181,6 +181,15 @@ def check_image_request(dit, last_image: bool, clip_vision: bool, name: str = "t
     if getattr(cfg, "image_dim", 0) and not pos and last_image:
         raise ValueError(f"{name} takes one start image; a last image needs the first-last-frame model "
                          f"(wan2.1_flf2v_720p_14B)")
+
+
+def official_size(image_height: int, image_width: int, max_area: int = 832 * 480) -> tuple[int, int]:
+    """``(width, height)`` the official I2V code picks for an image: the image's aspect ratio at about
+    ``max_area`` pixels, each side floored to a multiple of 16 (Wan2.1 wan/image2video.py lines 184-193)."""
+    ratio = image_height / image_width
+    lat_h = int((max_area * ratio) ** 0.5 // 8 // 2 * 2)
+    lat_w = int((max_area / ratio) ** 0.5 // 8 // 2 * 2)
+    return max(lat_w, 2) * 8, max(lat_h, 2) * 8
 
 
 def load_image(path) -> torch.Tensor:

@@ -81,7 +81,8 @@ def _identify_dit(path: Path) -> ModelFile:
         return ModelFile(path, "dit", name, size=size, channels=48)  # docs/wan22.md section 5
     if cfg.in_dim != 16 or cfg.out_dim != 16:
         kind = "image-to-video" if cfg.in_dim == 36 else f"{cfg.in_dim}-channel"
-        return ModelFile(path, "dit", what, problem=f"a {kind} DiT, not Wan 2.1 text-to-video (16 channels)")
+        hint = ": give it a start image (--image)" if cfg.in_dim == 36 else ""
+        return ModelFile(path, "dit", what, problem=f"a {kind} DiT, not Wan 2.1 text-to-video (16 channels){hint}")
     if any(k.startswith("img_emb.") for k in sd):
         return ModelFile(path, "dit", what, problem="an image-to-video DiT (it has an image embedding)")
     expert = expert_from_name(path)  # a Wan 2.2 A14B expert is shaped as the 2.1 14B: only the name tells

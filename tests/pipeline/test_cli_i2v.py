@@ -104,3 +104,22 @@ def test_missing_clip_vision_is_refused_before_loading(models, tmp_path, capsys)
                       "--text-encoder", str(models / "text_encoders" / "umt5_xxl_fp16.safetensors"),
                       "--image", str(models / "start.png"), "--out", str(tmp_path / "x.webp"))
     assert code == 2 and len(lines) == 1 and "needs the CLIP vision encoder" in lines[0], lines
+
+
+def test_image_without_size_gets_the_official_i2v_size(models, tmp_path, capsys, monkeypatch):
+    """56x40 image, max area 832x480: sqrt(399360 * 40/56) = 534 -> 528 (multiple of 16, floored), 736 wide
+    (Wan2.1 wan/image2video.py lines 184-193)."""
+    from wan_core.i2v import official_size
+
+    assert official_size(720, 1280, 1280 * 720) == (1280, 720)
+    assert official_size(480, 832) == (832, 464)  # the official float arithmetic floors 479.99999 to 464
+
+    class Loaded(Exception):
+        pass
+
+    monkeypatch.setattr(cli, "load_models", lambda *a, **k: (_ for _ in ()).throw(Loaded()))
+    with pytest.raises(Loaded):
+        cli.main(["generate", "--prompt", "a fox", "--models-dir", str(models), "--image", str(models / "start.png"),
+                  "--out", str(tmp_path / "x.webp"), "--debug"])
+    lines = capsys.readouterr().err.splitlines()
+    assert any("video size 736x528" in line for line in lines), lines
