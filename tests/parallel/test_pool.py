@@ -174,3 +174,22 @@ def test_workers_exit_when_the_driving_process_dies(model_file, tmp_path):
     while not _gone(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _gone(pid), f"worker {pid} outlived its driving process"
+
+
+@pytest.mark.slow
+def test_rank0_failure_mid_run_stops_the_workers(model_file):
+    dit = wan_core.load_dit(str(model_file))
+    pool = WorkerPool(dit, ParallelConfig(ring=2), ["cpu", "cpu"])
+    try:
+        def fail(module, args):
+            raise ValueError("boom inside block 1")
+
+        handle = dit.blocks[1].register_forward_pre_hook(fail)  # rank 0 only: the worker waits in a collective
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=r"boom inside block 1 \(on rank 0 .*pool was shut down"):
+            _run(pool.model, 1)
+        handle.remove()
+        assert time.monotonic() - start < 30 and pool.closed and not dist.is_initialized()
+        assert not any(p.is_alive() for p in pool.procs)
+    finally:
+        shutdown_pools()

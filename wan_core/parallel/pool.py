@@ -281,10 +281,23 @@ class WorkerPool:
             return fn()
         except WorkerError:
             raise
-        except Exception as exc:  # gloo/NCCL errors when a peer dies or times out
+        except Exception as exc:  # gloo/NCCL errors when a peer dies or times out, or rank 0's own error
             time.sleep(0.5)  # let a dying worker's exit code / error message arrive
-            why = self._worker_errors() or self._dead() or [f"no answer within {self.timeout_s:.0f} s ({exc})"]
-            self._fail(f"context-parallel worker failed: {why[0]}")
+            why = self._worker_errors() or self._dead()
+            if why:
+                self._fail(f"context-parallel worker failed: {why[0]}")
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if "timeout" in text.lower() or "timed out" in text.lower():
+                self._fail(f"context-parallel worker failed: no answer within {self.timeout_s:.0f} s ({text})")
+            # rank 0 itself failed mid-run (the workers wait in a collective): stop them, keep the error's type
+            self.close()
+            message = (f"{text} (on rank 0 of the context-parallel pool; the worker pool was shut down, the next "
+                       f"run starts a new one)")
+            try:
+                err = type(exc)(message)
+            except Exception:  # noqa: BLE001 - an exception type with another constructor
+                err = RuntimeError(message)
+            raise err from exc
 
     def _fail(self, message: str):
         self.close()
