@@ -4,7 +4,8 @@ puts on the weights before it runs (``wan_core.lora.activate_loras``), so changi
 never reloads the model."""
 from __future__ import annotations
 
-from wan_core.lora import prepare_lora, with_lora
+from wan_core.checkpoint import SAFETENSORS_EXTS, open_checkpoint
+from wan_core.lora import foreign_lora, prepare_lora, with_lora
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -13,10 +14,15 @@ MODES = ("merged", "unmerged")
 
 
 def validate_lora(lora_name: str) -> bool | str:
-    """Pre-queue check: one of the ``loras`` folder's choices (never a path a client made up)."""
+    """Pre-queue check: one of the ``loras`` folder's choices (never a path a client made up) whose key names
+    (read from the safetensors header, no tensor data) include a Wan DiT layer."""
     try:
-        host.model_path("loras", lora_name)
-    except ValueError as e:
+        path = host.model_path("loras", lora_name)
+        if path.suffix.lower() in SAFETENSORS_EXTS and path.is_file():
+            foreign = foreign_lora(open_checkpoint(path).keys())
+            if foreign:
+                return host.client_message(f"lora_name: {lora_name}: a LoRA for {foreign}, not for the Wan DiT")
+    except ValueError as e:  # NotInList, CheckpointError (unreadable header)
         return host.client_message(f"lora_name: {e}")
     return True
 

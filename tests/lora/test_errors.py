@@ -109,3 +109,23 @@ def test_unused_keys_are_reported(tmp_path):
 def test_bad_strength_is_refused():
     with pytest.raises(ValueError, match="strength"):
         apply_lora(model(), official_file(random_lora(names={"blocks.0.ffn.0"})), strength=float("nan"))
+
+
+def test_foreign_lora_from_key_names_alone():
+    """The node's pre-queue check: no model at hand, only the header's key names."""
+    from wan_core.lora import foreign_lora
+
+    for name, (sd, purpose, _first) in CASES.items():
+        verdict = foreign_lora(sd)
+        if name.startswith(("wan14b", "i2v", "lokr")):
+            assert verdict is None, name  # Wan layer names: decided against the model when it is applied
+        else:
+            assert verdict is not None and purpose in verdict, (name, verdict)
+    for sd in (official_file(random_lora()), kohya_file_of_one()):
+        assert foreign_lora(sd) is None
+
+
+def kohya_file_of_one() -> dict:
+    from .helpers import kohya_file
+
+    return kohya_file(random_lora(names={"blocks.0.ffn.2"}))

@@ -68,3 +68,6 @@ def test_a_lora_for_another_model_is_refused_by_name(node):
               node.models / "loras" / "flux_detail.safetensors")
     with pytest.raises(ValueError, match=r"flux_detail\.safetensors: a LoRA for Flux"):
         node.spec.run(model=tiny_random_models(seed=0)[0], lora_name="flux_detail.safetensors")
+    # refused before queueing too, from the header's key names
+    assert node.spec.validate(lora_name="flux_detail.safetensors") == \
+        "lora_name: flux_detail.safetensors: a LoRA for Flux, not for the Wan DiT"

@@ -7,6 +7,7 @@ right shape; ``unused`` lists the keys that patch nothing in this model (with wh
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import torch
@@ -79,6 +80,22 @@ def lora_family(keys) -> str | None:
         if any(all(m in k for m in markers) for k in lowered):
             return family
     return None
+
+
+_WAN_KEY = re.compile(  # a Wan DiT layer right after a known prefix (so SD's "transformer_blocks_0_attn1" is not)
+    r"^(?:model\.diffusion_model\.|diffusion_model\.|transformer\.|base_model\.model\.|lora_unet_|lycoris_)?"
+    r"(?:blocks[._]\d+[._](?:self_attn|cross_attn|ffn|attn1|attn2|norm3|norm2|modulation|scale_shift)"
+    r"|head[._]head|patch_embedding|text_embedding|time_embedding|time_projection|img_emb|condition_embedder"
+    r"|proj_out)")
+
+
+def foreign_lora(keys) -> str | None:
+    """From key names alone (before a model is at hand, e.g. a node's pre-queue check): what a file that has no
+    key of a Wan DiT layer is for (``lora_family``, or "another model"); None when some key looks like Wan."""
+    keys = list(keys)
+    if not keys or any(_WAN_KEY.match(k) for k in keys):
+        return None
+    return lora_family(keys) or "another model (no key names a Wan DiT layer)"
 
 
 def _size(width: int) -> str:
