@@ -127,3 +127,32 @@ def test_mismatched_experts_are_refused():
         WanMoE(a, b)
     with pytest.raises(ValueError, match="boundary=1.5: must lie between 0 and 1"):
         WanMoE(a, WanDiT(DIT), boundary=1.5)
+
+
+def test_i2v_a14b_experts_with_an_image_condition():
+    """Wan 2.2 I2V-A14B: two 36-channel experts without a CLIP embedding (boundary 0.9,
+    Wan2.2 wan/configs/wan_i2v_A14B.py line 36) sample with the image conditioning passed to both."""
+    from wan_core.demo import tiny_random_models
+    from wan_core.wan22 import I2V_A14B
+
+    _dit, vae, _te = tiny_random_models(seed=0)
+    cfg_i2v = DIT.replace(in_dim=36)
+    torch.manual_seed(0)
+    high, low = WanDiT(cfg_i2v).eval(), WanDiT(cfg_i2v).eval()
+    calls = {"high": 0, "low": 0}
+    hooks = [m.register_forward_hook(lambda *_a, n=n: calls.__setitem__(n, calls[n] + 1))
+             for n, m in (("high", high), ("low", low))]
+    moe = WanMoE(high, low, boundary=I2V_A14B["boundary"], guidance=(3.5, 3.5))
+    pipe = CorePipeline(moe, vae)
+    cfg = GenerationConfig(width=32, height=32, frames=5, steps=6, shift=I2V_A14B["shift"], seed=2)
+    image = torch.rand(1, 32, 32, 3, generator=torch.Generator().manual_seed(3))
+    g = torch.Generator().manual_seed(4)
+    cond, uncond = [torch.randn(5, DIT.text_dim, generator=g)], [torch.randn(3, DIT.text_dim, generator=g)]
+    try:
+        with torch.no_grad():
+            lat = pipe.sample_latents(cond, uncond, cfg, image=pipe.image_condition(image, cfg))
+    finally:
+        for h in hooks:
+            h.remove()
+    assert lat.shape == (1, 16, 2, 4, 4) and torch.isfinite(lat).all()
+    assert calls["high"] > 0 and calls["low"] > 0 and "low" in pipe.moe_steps
