@@ -538,6 +538,7 @@ def cmd_generate(args) -> int:
         print("wan_core: no model files given: using the built-in demo model (wancore-demo: coloured shapes "
               "moving in four directions, docs/demo_model.md); pass --models-dir or --dit/--vae/--text-encoder "
               "for Wan 2.1", file=sys.stderr)
+    wan22_cli.claim_ti2v_image(args)  # --image with a TI2V-5B DiT: its first frame
     image_size_default(args)  # --image without --width/--height: the official I2V size for the image
     presets: dict[str, Mapping[str, object]] = {"tiny-random": TINY_DEFAULTS, "demo": DEMO_DEFAULTS}
     defaults = wan22_cli.defaults(args, presets.get(args.preset, FULL_DEFAULTS))
@@ -601,6 +602,7 @@ def cmd_generate(args) -> int:
     meter = MemoryMeter(device)  # peak per stage, printed at the end (docs/memory.md section 5)
     pipe = WanPipeline(None, vae, te)
     condition = None
+    first_frame = wan22_cli.first_frame(args, cfg, vae, device)  # TI2V-5B --image (docs/wan22.md section 6)
     if getattr(args, "image", None):  # before the text encoder: a bad image or model pairing fails first
         condition = encode_image_condition(args, cfg, dit, vae, files, device)
     with torch.inference_mode():
@@ -615,7 +617,8 @@ def cmd_generate(args) -> int:
         with meter.stage("sampling", model_bytes(dit, device)):
             with tqdm(total=cfg.steps, desc="sampling", unit="step", disable=rank > 0) as bar:
                 latents = pipe.sample_latents(cond, uncond, cfg, callback=lambda i, n, x, x0: bar.update(1),
-                                              cache=args.cache, image=condition)
+                                              cache=args.cache, image=condition,
+                                              first_frame=first_frame)
         print(pipe.cache_report.line(), file=sys.stderr)  # "cache <preset>: <computed>/<total> DiT evaluations"
         if policy.dit == "release":
             release(dit)

@@ -129,3 +129,32 @@ def prepare_dit(args, dit, device, prepare: Callable) -> None:
         prepare(args, dit.high_noise, device)
     else:
         prepare(args, dit, device)
+
+
+def claim_ti2v_image(args) -> None:
+    """--image with a TI2V-5B DiT (48 channels) is the TI2V first frame, not the Wan 2.1 I2V conditioning: it moves
+    to ``args.ti2v_image`` before the I2V checks see it (docs/wan22.md section 6)."""
+    args.ti2v_image = None
+    if getattr(args, "image", None) and not getattr(args, "last_image", None) and _dit_channels(args.dit) == 48:
+        args.ti2v_image, args.image = args.image, None
+
+
+def first_frame(args, cfg, vae, device):
+    """The --image of a TI2V-5B run as its raw first-frame latent ``[1, 48, 1, H/16, W/16]`` (resized to the
+    video's size, bicubic, no crop; the VAE moved to ``device`` for it and back), or None."""
+    path = getattr(args, "ti2v_image", None)
+    if not path:
+        return None
+    import torch
+
+    from .i2v import load_image, resize_image
+    from .memory.offload import move
+
+    frame = resize_image(load_image(path), cfg.width, cfg.height)  # [1, 3, H, W] in [-1, 1]
+    rest = vae.device  # where the offload policy keeps the VAE until decoding
+    move(vae, device)
+    with torch.inference_mode():
+        z = vae.encode(frame.unsqueeze(2).to(vae.device, vae.dtype), tiling=getattr(args, "tiling", "auto"))
+    move(vae, rest)
+    print(f"wan_core: --image {path}: TI2V first frame at {cfg.width}x{cfg.height}", file=sys.stderr)
+    return z.float()

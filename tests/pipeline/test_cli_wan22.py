@@ -58,6 +58,23 @@ def test_ti2v_5b_writes_a_video_at_24_fps(files, tmp_path, capsys):
     assert meta["frames"] == 9 and meta["fps"] == 24 and (meta["width"], meta["height"]) == (64, 32)
 
 
+def test_ti2v_5b_image_to_video_keeps_the_first_frame(files, tmp_path, capsys):
+    from PIL import Image
+
+    picture = tmp_path / "start.png"
+    Image.fromarray((torch.rand(40, 70, 3, generator=torch.Generator().manual_seed(0)) * 255).byte().numpy()).save(
+        picture)
+    out = tmp_path / "frames"
+    code = main(["generate", "--dit", str(files["ti2v"]), "--vae", str(files["vae22"]), "--text-encoder",
+                 str(files["te"]), "--prompt", "a fox", "--out", str(out), "--image", str(picture), "--width", "64",
+                 "--height", "32", "--frames", "9", "--steps", "2"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "TI2V first frame at 64x32" in err
+    frames = sorted(out.glob("*.png"))
+    assert len(frames) == 9 and Image.open(frames[0]).size == (64, 32)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--dit-high", "{high}"], "--dit-high and --dit-low go together"),
     (["--dit", "{high}", "--boundary", "0.9"], "--boundary applies to the two A14B experts"),

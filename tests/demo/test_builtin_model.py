@@ -1,0 +1,36 @@
+"""The shipped demo model: files, public loaders, a short generation."""
+import torch
+
+from wan_core import load_dit, load_text_encoder, load_vae
+from wan_core.demo import DEMO_DEFAULTS, builtin_paths
+from wan_core.demo.model import DEMO_DIT, DEMO_TEXT_ENCODER, DEMO_VAE
+
+
+def test_shipped_files_are_small_and_load_through_the_public_loaders():
+    paths = builtin_paths()
+    assert set(paths) == {"dit", "vae", "text_encoder"}
+    assert sum(p.stat().st_size for p in paths.values()) <= 25 * 2 ** 20
+    dit = load_dit(paths["dit"])
+    assert dit.config.replace(name="x") == DEMO_DIT.replace(name="x")  # incl. text_len 32 from the header
+    vae = load_vae(paths["vae"])
+    assert vae.config == DEMO_VAE
+    te = load_text_encoder(paths["text_encoder"])
+    assert te.config.d_model == DEMO_TEXT_ENCODER.d_model and te.config.num_layers == DEMO_TEXT_ENCODER.num_layers
+    # the embedded word tokenizer: one token per caption word, then EOS
+    ids, _ = te.tokenize(["a red circle moving left"])
+    assert ids.shape[1] == 6 and int(ids[0, -1]) == te.tokenizer.eos_id
+    emb = te.encode(["a red circle moving left"])[0]
+    assert emb.shape == (6, DEMO_TEXT_ENCODER.d_model) and torch.isfinite(emb).all()
+
+
+def test_a_short_generation_with_the_demo_model_runs():
+    from wan_core.demo import load_demo_models
+    from wan_core.demo.evaluate import generation_config
+    from wan_core.pipeline import WanPipeline
+
+    dit, vae, te = load_demo_models()
+    cfg = generation_config("a blue square moving right", seed=1, steps=3, frames=9)
+    with torch.inference_mode():
+        out = WanPipeline(dit, vae, te)(cfg)
+    assert out.video.shape == (1, 3, 9, DEMO_DEFAULTS.height, DEMO_DEFAULTS.width)
+    assert torch.isfinite(out.video).all() and out.video.std() > 0.05
