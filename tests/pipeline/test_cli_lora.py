@@ -51,21 +51,29 @@ def test_distilled_run_with_two_loras(tmp_path):
     assert meta["convention"] == "lightx2v_distill" and meta["nag"] == [11.0, 2.5, 0.25]
 
 
+def run_in_process(capsys, *args: str) -> tuple[int, str]:
+    """The CLI's flag checks run before any model is loaded: called in this process (no interpreter start)."""
+    from wan_core.__main__ import main
+
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag, message", [
     ("missing.safetensors:0.5", "--lora missing.safetensors:0.5: no such file 'missing.safetensors'"),
     ("x.safetensors:nan", "the strength must be a finite number"),
 ])
-def test_bad_lora_flag_is_one_line(tmp_path, flag, message):
-    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "a.webp"),
-                  "--lora", flag)
-    assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+def test_bad_lora_flag_is_one_line(tmp_path, capsys, flag, message):
+    code, err = run_in_process(capsys, "generate", "--preset", "tiny-random", "--prompt", "x", "--out",
+                               str(tmp_path / "a.webp"), "--lora", flag)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_nag_with_cfg_is_one_line(tmp_path):
-    res = run_cli("generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "a.webp"),
-                  "--guidance", "5", "--nag-scale", "11")
-    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    assert "--nag-scale 11 applies the negative prompt at guidance 1, but guidance is 5" in res.stderr
+def test_nag_with_cfg_is_one_line(tmp_path, capsys):
+    code, err = run_in_process(capsys, "generate", "--preset", "tiny-random", "--prompt", "x", "--out",
+                               str(tmp_path / "a.webp"), "--guidance", "5", "--nag-scale", "11")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--nag-scale 11 applies the negative prompt at guidance 1, but guidance is 5" in err
 
 
 @pytest.mark.slow  # the refusal itself is tested in tests/lora/test_errors.py; this is the CLI's one-line form
