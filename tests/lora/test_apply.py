@@ -162,3 +162,29 @@ def test_i2v_layers_patch_an_i2v_model():
     patched = {p.param for p in applied.patches}
     assert patched == {"blocks.1.cross_attn.k_img.weight", "blocks.0.cross_attn.v_img.weight"}
     assert not torch.equal(model.blocks[1].cross_attn.k_img.weight, before)
+
+
+@pytest.mark.parametrize("merge", [True, False], ids=["merged", "unmerged"])
+def test_lora_with_block_swap(merge):
+    """Block swap (wan_core.memory.swap, the CPU as both devices): swapped blocks point back at their offload
+    copies between runs, so a merge must land there; output equal to the same LoRA without swap, and
+    remove_loras restores the swapped blocks too."""
+    from wan_core.memory.swap import enable_block_swap
+
+    x, t, ctx = inputs()
+    lora = official_file(random_lora(seed=11, bias=True))
+    plain_model, swapped = tiny(seed=4), tiny(seed=4)
+    with torch.no_grad():
+        plain = plain_model(x, t, ctx)
+    apply_lora(plain_model, lora, merge=merge)
+    enable_block_swap(swapped, 1, prefetch=1, device="cpu", offload_device="cpu")
+    with torch.no_grad():
+        swapped(x, t, ctx)  # one run with the swap in place before the LoRA comes
+    apply_lora(swapped, lora, merge=merge)
+    with torch.no_grad():
+        expected = plain_model(x, t, ctx)
+        assert torch.equal(swapped(x, t, ctx), expected)
+        assert torch.equal(swapped(x, t, ctx), expected)  # a second run: the blocks came back from offload
+    remove_loras(swapped)
+    with torch.no_grad():
+        assert torch.equal(swapped(x, t, ctx), plain)
