@@ -45,16 +45,20 @@ class WanBlock(nn.Module):
         ``attention_cache``: optional ``(layer, h, compute) -> out`` that may return a stored self-attention
         output instead of calling ``compute(h)`` (``wan_core.cache``'s attention cache)."""
         dtype = self.modulation.dtype  # the compute dtype (linear weights may be stored in fp8)
-        mod = self.modulation.float() + e0  # [B, 6, D], or per token [B, L, 6, D] (Wan 2.2 TI2V)
-        mod = mod.unsqueeze(2) if mod.dim() == 3 else mod.transpose(1, 2)  # [B, 6, 1 or L, D]
-        shift_sa, scale_sa, gate_sa, shift_ff, scale_ff, gate_ff = mod.unbind(1)
 
-        h = torch.addcmul(shift_sa, layer_norm(x, self.eps), 1 + scale_sa).to(dtype)
+        def mod(i: int) -> torch.Tensor:
+            """Term i of shift, scale, gate (self-attention), shift, scale, gate (FFN): ``[B, 1, D]``, or per token
+            ``[B, L, D]`` (Wan 2.2 TI2V), made where it is used: per token, one ``[B, L, D]`` sum at a time
+            instead of a ``[B, L, 6, D]`` copy per block."""
+            m = self.modulation[:, i].float()  # [1, D]
+            return (e0[:, i] + m).unsqueeze(1) if e0.dim() == 3 else e0[:, :, i] + m
+
+        h = torch.addcmul(mod(0), layer_norm(x, self.eps), 1 + mod(1)).to(dtype)
         if attention_cache is None:
             y = self.self_attn(h, freqs, attn, layer)
         else:
             y = attention_cache(layer, h, lambda rows: self.self_attn(rows, freqs, attn, layer))
-        x = torch.addcmul(x, y, gate_sa)
+        x = torch.addcmul(x, y, mod(2))
 
         if isinstance(self.norm3, nn.LayerNorm):
             h = layer_norm(x, self.eps, self.norm3.weight, self.norm3.bias)
@@ -62,8 +66,8 @@ class WanBlock(nn.Module):
             h = x
         x = x + self.cross_attn(h.to(dtype), ctx, attn, layer)
 
-        h = torch.addcmul(shift_ff, layer_norm(x, self.eps), 1 + scale_ff)
-        return torch.addcmul(x, self.ffn(h.to(dtype)), gate_ff)
+        h = torch.addcmul(mod(3), layer_norm(x, self.eps), 1 + mod(4))
+        return torch.addcmul(x, self.ffn(h.to(dtype)), mod(5))
 
 
 class Head(nn.Module):
