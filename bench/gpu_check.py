@@ -5,7 +5,10 @@
 2. FP8 GEMM at 1.3B widths (the FFN and q/k/v/o shapes): bf16 linear vs FP8Linear upcast vs scaled_mm;
 3. a 2-block 1.3B-width DiT forward: bf16 sdpa vs fp8_scaled + scaled_mm + sage;
 4. Wan 2.1 VAE decode at --vae (default 17 frames at 480x832, bf16, random weights): ours untiled / tiled
-   (32 latents, overlap 8) vs diffusers default / enable_tiling, time and peak memory (bench/vae.py).
+   (32 latents, overlap 8) vs diffusers default / enable_tiling, time and peak memory (bench/vae.py);
+5. block swap (docs/memory.md section 1) on an 8-block 1.3B-width DiT at --swap-grid, bf16 and fp8: 0 / 4 / 8
+   blocks swapped with prefetch 1 and 2 (side CUDA stream): output identical to no swap, step time, peak
+   memory, most swapped blocks resident; with --compile also the blocks compiled (inductor) vs eager.
 
     python bench/gpu_check.py [--tokens 32760] [--repeats 5] [--device cuda]
 Runs on CPU too (small --tokens, e.g. --vae 5x64x64) so the script itself is checked where no GPU is lent.
@@ -52,6 +55,9 @@ def main() -> None:
     ap.add_argument("--dit-grid", type=int, nargs=3, default=[21, 30, 52], metavar=("F", "H", "W"),
                     help="latent patch grid of the DiT check (default: 81 frames at 832x480)")
     ap.add_argument("--vae", default="17x480x832", help="VAE decode case FRAMESxHEIGHTxWIDTH ('none': skip)")
+    ap.add_argument("--swap-grid", type=int, nargs=3, default=[21, 30, 52], metavar=("F", "H", "W"),
+                    help="latent patch grid of the block-swap check ('0 0 0': skip)")
+    ap.add_argument("--compile", action="store_true", help="also time compiled blocks in the block-swap check")
     args = ap.parse_args()
     dev = torch.device(args.device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
@@ -101,6 +107,49 @@ def main() -> None:
           f"({tb / tf:.2f}x)  {accuracy(out, ref)}")
     if args.vae != "none":
         vae_check(args.vae, dev, max(2, args.repeats // 2))
+    if all(args.swap_grid):
+        swap_check(args.swap_grid, dev, max(1, args.repeats // 2), args.compile)
+
+
+def swap_check(grid, dev: torch.device, repeats: int, compile_too: bool) -> None:
+    """5. block swap: identical output, time and peak memory against blocks swapped (and compiled blocks)."""
+    from wan_core import load_dit
+    from wan_core.memory import compile_blocks, enable_block_swap
+
+    g = torch.Generator().manual_seed(2)
+    cfg = DIT_PRESETS["wan2.1-t2v-1.3b"].replace(num_layers=8)
+    sd = {k: (v.normal_(generator=g) * 0.02).to(torch.bfloat16) for k, v in WanDiT(cfg).state_dict().items()}
+    f, h, w = grid
+    x = torch.randn(1, 16, f, 2 * h, 2 * w, generator=g).to(dev)
+    ctx = [torch.randn(20, 4096, generator=g).to(dev)]
+    t5 = torch.tensor([500], device=dev)
+    for weights in (None, "fp8_scaled"):
+        ref = base_t = None
+        cases = [(0, 0, False), (4, 1, False), (8, 1, False), (8, 2, False)] + ([(0, 0, True), (8, 1, True)]
+                                                                               if compile_too else [])
+        for n, prefetch, compiled in cases:
+            model = load_dit(sd, config=cfg, dtype=torch.bfloat16, weights=weights, device="cpu")
+            swap = enable_block_swap(model, n, prefetch, device=dev) if n else None
+            if swap is None:
+                model.to(dev)
+            if compiled:
+                compile_blocks(model, device=dev)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(dev)
+            with torch.inference_mode():
+                out = model(x, t5, ctx)
+                t = timed(lambda m=model: m(x, t5, ctx), repeats, dev)
+            peak = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else float("nan")
+            ref = out if ref is None else ref
+            base_t = t if base_t is None else base_t
+            diff = (out.float() - ref.float()).abs().max().item()
+            resident = swap.stats.max_resident if swap else "-"
+            same = "" if diff or compiled else " (identical)"
+            print(f"block swap {weights or 'bf16'} {f * h * w} tokens: swapped {n}/8 prefetch {prefetch}"
+                  f"{' compiled' if compiled else ''}: {t:.3f} s ({t / base_t:.2f}x), peak {peak:.2f} GiB, "
+                  f"max resident {resident}, max diff vs no swap {diff:.1e}{same}")
 
 
 def vae_check(case: str, dev: torch.device, rounds: int) -> None:
