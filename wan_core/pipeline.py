@@ -168,6 +168,15 @@ def check_size_for_models(width: int, height: int, dit=None, vae=None) -> None:
                          f"patch 2x2); {near}")
 
 
+def _latent_hint(channels: int) -> str:
+    """Which empty-latent node makes latents for a DiT of ``channels`` latent channels (docs/wan22.md section 6)."""
+    if channels == latent_format.WAN22_CHANNELS:
+        return " (Wan 2.2 TI2V-5B: WanCore Empty Video Latent (Wan 2.2 TI2V-5B) or Wan22ImageToVideoLatent)"
+    if channels == latent_format.CHANNELS:
+        return " (Wan 2.1 / A14B: WanCore Empty Video Latent or EmptyHunyuanLatentVideo)"
+    return ""
+
+
 def check_latent(z, name: str, dit=None, vae=None, values: bool = True) -> torch.Tensor:
     """Validate a LATENT tensor before any work: a 5-D ``[B, C, T, H, W]`` tensor whose channels match the DiT
     (``dit``) and/or the VAE (``vae``), and (``values``) finite. ``name`` is how the error names the input.
@@ -186,7 +195,7 @@ def check_latent(z, name: str, dit=None, vae=None, values: bool = True) -> torch
     if chans is not None and c != chans[0]:
         raise ValueError(f"{name}: {c} latent channels (shape {list(z.shape)}), but "
                          f"{source_name(dit, 'the diffusion model')} works on {chans[0]}-channel latents; the "
-                         f"latent was made for another model or by another VAE")
+                         f"latent was made for another model or by another VAE{_latent_hint(chans[0])}")
     vae_cfg = getattr(vae, "config", None) if vae is not None else None
     if vae_cfg is not None and c != vae_cfg.z_dim:
         raise ValueError(f"{name}: {c} latent channels (shape {list(z.shape)}), but "
