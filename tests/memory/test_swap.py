@@ -139,3 +139,19 @@ def test_cuda_swap_identical():
         out = model(x.cuda(), t.cuda(), [c.cuda() for c in ctx])
     assert torch.equal(out, ref)
     assert max(counter.counts) <= 3
+
+
+def test_weights_replaced_while_offloaded_travel():
+    """A LoRA merge replaces a swapped block's weight tensors between runs: the new ones are used."""
+    x, t, ctx = inputs()
+    with torch.no_grad():
+        model = load()
+        enable_block_swap(model, 3, 1, device="cpu")
+        model(x, t, ctx)
+        ref = load()
+        for m in (model, ref):  # the same "merge" on both: a new tensor, not an in-place change
+            w = m.blocks[4].ffn[0].weight
+            w.data = w.data + 0.01
+        out = model(x, t, ctx)
+        expected = ref(x, t, ctx)
+    assert torch.equal(out, expected)

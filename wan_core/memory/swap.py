@@ -222,16 +222,22 @@ class BlockSwap:
         if slot.resident:
             return
         tensors = []
+        homes: dict[tuple[int, str], torch.Tensor] = {}
+        # while a block is offloaded, what it holds is its home: a LoRA merged or removed since the last load
+        # (weights replaced, branches added or dropped) travels as it is now
         for owner, name, table, t in _tensors(slot.block):
-            key = (id(owner), name)
-            if key not in slot.offload:  # added after setup (e.g. a LoRA patch)
-                if t.device != self.offload_device:
-                    continue  # it was put on the compute device: it stays there
-                slot.offload[key] = t.detach()  # its home from now on
-            dev = self._copier.copy(slot.offload[key])
+            if t.device != self.offload_device:
+                continue  # put on the compute device from outside: it stays there
+            home = t.detach()
+            if self.pin and not home.is_pinned():
+                home = home.pin_memory()
+                _set(table, name, t, home)
+            homes[(id(owner), name)] = home
+            dev = self._copier.copy(home)
             _set(table, name, t, dev)
             tensors.append(dev)
             self.stats.bytes_in += dev.numel() * dev.element_size()
+        slot.offload = homes
         slot.device_tensors = tensors
         slot.event = self._copier.record()
         slot.waited = False
