@@ -445,11 +445,9 @@ def dit_block_count(files: dict | None) -> int | None:
     """The DiT's block count from its file header (None for the tiny-random preset)."""
     if not files or "dit" not in files:
         return None
-    from .checkpoint import is_quant_aux_key
-    from .dit.loader import official_state_dict
+    from .memory import file_block_count
 
-    sd = official_state_dict(files["dit"].path)
-    return len({k.split(".")[1] for k in sd if k.startswith("blocks.") and not is_quant_aux_key(k)}) or None
+    return file_block_count(files["dit"].path)
 
 
 def prepare_dit(args, dit, device):
