@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from .wan22 import T2V_A14B, TI2V_5B
+from .wan22_settings import T2V_A14B, TI2V_5B
 
 A14B_DEFAULTS = {"steps": T2V_A14B["steps"], "shift": T2V_A14B["shift"], "guidance": T2V_A14B["guidance_high"],
                  "fps": T2V_A14B["fps"]}
