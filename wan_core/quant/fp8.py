@@ -57,6 +57,9 @@ def quantize_weight(w: torch.Tensor, granularity: Granularity = "tensor", scaled
     if granularity not in GRANULARITIES:
         raise ValueError(f"fp8 granularity must be one of {GRANULARITIES}, got {granularity!r}")
     fmax = FP8_MAX[fp8_dtype]
+    if w.is_meta:  # shapes only (a size estimate or a shape-only load, docs/memory.md section 2)
+        shape = () if granularity == "tensor" or not scaled else (w.shape[0],)
+        return torch.empty(w.shape, dtype=fp8_dtype, device="meta"), torch.empty(shape, device="meta")
     if not scaled:
         scale = torch.ones((), device=w.device)
     else:  # max |w| without a temporary copy of w (the streaming load's peak RAM, docs/memory.md)
