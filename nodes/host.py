@@ -481,9 +481,12 @@ def native_attention_patch(model, override, num_layers: int):
     patched = model.clone()
     to = _transformer_options(patched)
     previous = to.get("optimized_attention_override")
-    if previous is not None:
+    if isinstance(previous, native.CacheAttention):  # the cache's attention cache stays outermost
+        override.previous = previous.inner
+        to["optimized_attention_override"] = native.CacheAttention(override)
+    else:
         override.previous = previous
-    to["optimized_attention_override"] = override
+        to["optimized_attention_override"] = override
     if override.skiparse != "none":
         patched.add_wrapper_with_key(_wrappers_mp("DIFFUSION_MODEL"), "wancore_attention", native.grid_wrapper)
         _chain_block_patches(patched, lambda i, prev: native.attention_block_patch(i, num_layers, prev), num_layers)
@@ -506,4 +509,9 @@ def native_cache_patch(model, cache, num_layers: int, show: Callable[[str], None
     patched.add_wrapper_with_key(_wrappers_mp("DIFFUSION_MODEL"), key, native.diffusion_model_wrapper)
     if cache.uses_blocks:
         _chain_block_patches(patched, native.block_patch, num_layers)
+    if cache.uses_attention:  # the wan preset's attention cache, around any attention override already set
+        to = _transformer_options(patched)
+        to["optimized_attention_override"] = native.CacheAttention(to.get("optimized_attention_override"))
+        patched.add_wrapper_with_key(_wrappers_mp("DIFFUSION_MODEL"), "wancore_cache_grid", native.grid_wrapper)
+        _chain_block_patches(patched, lambda i, prev: native.attention_block_patch(i, num_layers, prev), num_layers)
     return patched

@@ -19,7 +19,6 @@ it on a ComfyUI ``ModelPatcher`` clone:
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,6 +36,7 @@ from wan_core.sampling.hooks import BRANCH_COND, BRANCH_UNCOND
 
 NATIVE_BACKENDS = ("sdpa", "sage", "int8")
 CALLS_KEY = "wancore_attention_calls"  # transformer_options entry: [block_index, attention calls in that block]
+CACHE_CALLS_KEY = "wancore_cache_calls"  # the same count for the cache's attention override
 RUN_KEY = "wancore_cache"  # transformer_options entry: the NativeCacheRun of the sampling run in progress
 
 
@@ -109,15 +109,16 @@ class NativeAttention:
         fresh call counter, so the next attention call is this block's self-attention."""
         to["block_index"], to["total_blocks"] = index, total
         to.pop(CALLS_KEY, None)
+        to.pop(CACHE_CALLS_KEY, None)
 
     @staticmethod
-    def _call_number(to: dict) -> int:
+    def _call_number(to: dict, key: str = CALLS_KEY) -> int:
         block = to.get("block_index")
-        state = to.get(CALLS_KEY)
+        state = to.get(key)
         if not state or state[0] != block:
             state = [block, 0]
         n = state[1]
-        to[CALLS_KEY] = [block, n + 1]
+        to[key] = [block, n + 1]
         return n
 
     def plan(self, q_len: int, k_len: int, to: dict | None) -> tuple[int, str] | None:
@@ -226,10 +227,12 @@ class NativeCache:
     def uses_blocks(self) -> bool:
         return self.config.method in ("teacache", "magcache", "calibrate")
 
+    @property
+    def uses_attention(self) -> bool:
+        """The ``wan`` preset's attention cache: an attention override on the self-attention calls."""
+        return self.config.method == "wan" and self.config.attention != "off"
+
     def native_config(self) -> CacheConfig:
-        """The config run natively: the Wan preset's attention cache needs WanCore's DiT, so it is off here."""
-        if self.config.method == "wan" and self.config.attention != "off":
-            return dataclasses.replace(self.config, attention="off")
         return self.config
 
     def start(self, model_config: DiTConfig, steps: int, guidance: float) -> NativeCacheRun:
@@ -249,6 +252,7 @@ class NativeCacheRun:
         self._segments: list[Segment] = []
         self._decide: list[bool] = []
         self._h_in: torch.Tensor | None = None
+        self.attention_scope = None  # the wan preset's attention cache for the forward in progress
 
     @property
     def report(self):
@@ -318,10 +322,11 @@ class NativeCacheRun:
         else:
             decide = [True] * len(segs)
         self._segments, self._decide, self._h_in = segs, decide, None
+        self.attention_scope = self.session._attention_scope(segs) if all(decide) else None
         try:
             out = executor(*args, **kwargs)
         finally:
-            self._segments, self._h_in = [], None
+            self._segments, self._h_in, self.attention_scope = [], None, None
         if pol is not None:
             for s in segs:
                 pol.computed(s.branch, xo[s.rows], out[s.rows])
@@ -383,6 +388,51 @@ class NativeCacheRun:
         """Complete the report, free the stored tensors, return its text."""
         self.session.finish()
         return self.session.report.text()
+
+
+class CacheAttention:
+    """The cache node's ``optimized_attention_override``: the ``wan`` preset's attention cache. A block's
+    self-attention (its first attention call over the video grid) is computed, stored on anchor steps, or
+    estimated from the stored outputs of its branch (``wan_core.cache.AttentionCache``; the outputs before
+    the output projection, which is affine, so extrapolating them is extrapolating the projected ones).
+    ``inner``: the override that computes (WanCore Native Attention's, another pack's), else ComfyUI's ``func``."""
+
+    wancore_cache_override = True
+
+    def __init__(self, inner: Callable | None = None):
+        self.inner = inner
+
+    def __call__(self, func: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int,
+                 mask: torch.Tensor | None = None, transformer_options: dict | None = None,
+                 **kwargs: Any) -> torch.Tensor:
+        def attend(qq: torch.Tensor, kk: torch.Tensor, vv: torch.Tensor) -> torch.Tensor:
+            if self.inner is not None:
+                return self.inner(func, qq, kk, vv, heads=heads, mask=mask, transformer_options=transformer_options,
+                                  **kwargs)
+            return func(qq, kk, vv, heads, mask=mask, transformer_options=transformer_options, **kwargs)
+
+        to = transformer_options if isinstance(transformer_options, dict) else {}
+        run = to.get(RUN_KEY)
+        scope = getattr(run, "attention_scope", None)
+        grid, block = to.get("grid_sizes"), to.get("block_index")
+        if scope is None or grid is None or block is None or mask is not None or kwargs.get("skip_reshape"):
+            return attend(q, k, v)
+        first = NativeAttention._call_number(to, CACHE_CALLS_KEY) == 0
+        if not first or q.shape[1] != k.shape[1] or k.shape[1] != math.prod(int(g) for g in grid):
+            return attend(q, k, v)
+        rows = torch.arange(q.shape[0], device=q.device)  # the scope slices "h" by branch: row numbers
+        called = []
+
+        def compute(r: torch.Tensor) -> torch.Tensor:
+            called.append(True)
+            if r.numel() == q.shape[0]:
+                return attend(q, k, v)
+            return attend(q[r], k[r], v[r])
+
+        out = scope(int(block), rows, compute)
+        if not called:  # an inner NativeAttention did not see this block's self-attention: count it for it
+            NativeAttention._call_number(to, CALLS_KEY)
+        return out
 
 
 # ---------------------------------------------------------------------------------------------- wrappers
@@ -494,7 +544,7 @@ def block_patch(index: int, previous: Callable | None = None) -> Callable[[dict,
 # ---------------------------------------------------------------------------------------------- nodes
 # Imported late: the patch cores above stay importable without the node layer.
 
-from wan_core.cache import METHODS, TEACACHE_MODES  # noqa: E402
+from wan_core.cache import ATTENTION_CHOICES, METHODS, TEACACHE_MODES  # noqa: E402
 
 from . import cache as _cache_node  # noqa: E402
 from . import host  # noqa: E402
@@ -565,15 +615,15 @@ ATTENTION = NodeSpec(
 
 
 def cache_setting(method: str = "easycache", threshold: float = -1.0, start: float = -1.0, end: float = -1.0,
-                  teacache_mode: str = "e", calibration: str = "") -> NativeCache:
-    return NativeCache(_cache_node.build(method, threshold, start, end, "off", teacache_mode, calibration))
+                  attention: str = "extrapolate", teacache_mode: str = "e", calibration: str = "") -> NativeCache:
+    return NativeCache(_cache_node.build(method, threshold, start, end, attention, teacache_mode, calibration))
 
 
 def patch_cache(model, method: str = "easycache", threshold: float = -1.0, start: float = -1.0, end: float = -1.0,
-                teacache_mode: str = "e", calibration: str = ""):
+                attention: str = "extrapolate", teacache_mode: str = "e", calibration: str = ""):
     what = "WanCore Native Cache"
     dm = host.native_wan_model(model, what)
-    cache = cache_setting(method, threshold, start, end, teacache_mode, calibration)
+    cache = cache_setting(method, threshold, start, end, attention, teacache_mode, calibration)
     if cache.is_noop:
         return (model,)
     try:  # the errors of a run (no published table for this model, a calibration of another model) now
@@ -584,8 +634,9 @@ def patch_cache(model, method: str = "easycache", threshold: float = -1.0, start
 
 
 def validate_cache(method: str = "easycache", threshold: float = -1.0, start: float = -1.0, end: float = -1.0,
-                   teacache_mode: str = "e", calibration: str | None = "") -> bool | str:
-    return _cache_node.validate_cache(method, threshold, start, end, "off", teacache_mode, calibration or "")
+                   attention: str = "extrapolate", teacache_mode: str = "e",
+                   calibration: str | None = "") -> bool | str:
+    return _cache_node.validate_cache(method, threshold, start, end, attention, teacache_mode, calibration or "")
 
 
 NATIVE_METHODS = tuple(m for m in METHODS if m != "exact")
@@ -593,8 +644,9 @@ NATIVE_METHODS = tuple(m for m in METHODS if m != "exact")
 CACHE = NodeSpec(
     node_id="WanCoreNativeCache", display_name="WanCore Native Cache", category=CATEGORY,
     description="Patches a native Wan MODEL with a WanCore diffusion cache (docs/caches.md): wan (the Wan "
-                "report's CFG cache), teacache, magcache, easycache, or calibrate. Returns a patched copy; 'off' "
-                "returns the model unchanged. The DiT evaluations computed and skipped are shown when sampling ends.",
+                "report's CFG cache and attention cache), teacache, magcache, easycache, or calibrate. Returns a "
+                "patched copy; 'off' returns the model unchanged. The DiT evaluations computed and skipped are "
+                "shown when sampling ends.",
     inputs=(
         Input("model", "MODEL"),
         Input("method", "COMBO", default="easycache", options=NATIVE_METHODS,
@@ -605,6 +657,9 @@ CACHE = NodeSpec(
               tooltip="fraction of the steps before which every step is computed; -1 = the method's default"),
         Input("end", "FLOAT", default=-1.0, min=-1.0, max=1.0, step=0.01,
               tooltip="fraction of the steps from which every step is computed again; -1 = the method's default"),
+        Input("attention", "COMBO", default="extrapolate", options=ATTENTION_CHOICES, advanced=True,
+              tooltip="wan: self-attention between computed steps linearly extrapolated from the last two "
+                      "(default), reused as is (less memory, less accurate), or off (the CFG cache only)"),
         Input("teacache_mode", "COMBO", default="e", options=TEACACHE_MODES, advanced=True,
               tooltip="teacache indicator: e = timestep embedding, e0 = time projection"),
         Input("calibration", "STRING", default="", multiline=True, optional=True, advanced=True,

@@ -165,17 +165,28 @@ def sample(model, steps=10, cfg=5.0, seed=0):
                                disable_pbar=True, seed=seed)
 
 
-def test_attention_and_cache_patches_chain(weights):
-    """Both nodes on one model (their block replace patches chained), through ComfyUI's sampler."""
+@pytest.mark.parametrize("method, attention_first", [("magcache", True), ("wan", True), ("wan", False)])
+def test_attention_and_cache_patches_chain(weights, method, attention_first):
+    """Both nodes on one model, in either order (block replace patches and attention overrides chained),
+    through ComfyUI's sampler; the wan preset's attention cache stays outside WanCore's attention."""
     m = native_patcher(weights)
     shown: list[str] = []
+    kwargs = {"threshold": 0.5, "calibration": calibration_text(10)} if method == "magcache" else {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(native.host, "show_text", shown.append)
         a = native.patch_attention(m, "int8", "osp13", 4)[0]
-        both = native.patch_cache(a, "magcache", threshold=0.5, calibration=calibration_text(10))[0]
+        if attention_first:
+            both = native.patch_cache(a, method, **kwargs)[0]
+        else:
+            both = native.patch_attention(native.patch_cache(m, method, **kwargs)[0], "int8", "osp13", 4)[0]
         out = sample(both, 10)
         sparse_only = sample(a, 10)
-    assert shown[-1].startswith("cache magcache: ") and "reused" in shown[-1]
+    print(method, "attention first" if attention_first else "cache first", shown[-1].replace("\n", " | "))
+    assert shown[-1].startswith(f"cache {method}: ") and "reused" in shown[-1]
+    if method == "wan":
+        override = both.model_options["transformer_options"]["optimized_attention_override"]
+        assert isinstance(override, native.CacheAttention) and isinstance(override.inner, native.NativeAttention)
+        assert "self-attention reused" in shown[-1]
     assert torch.isfinite(out).all() and not torch.equal(out, sparse_only)
 
 

@@ -264,8 +264,8 @@ def test_cache_node_off_is_a_noop():
     model = FakePatcher(WanModel())
     assert native.patch_cache(model, "off")[0] is model
     assert native.NativeCache(CacheConfig.preset("exact")).is_noop
-    assert native.validate_cache("easycache", -1.0, -1.0, -1.0, "e", "") is True
-    assert "threshold" in native.validate_cache("easycache", -5.0, -1.0, -1.0, "e", "")
+    assert native.validate_cache("easycache", -1.0, -1.0, -1.0, "extrapolate", "e", "") is True
+    assert "threshold" in native.validate_cache("easycache", -5.0, -1.0, -1.0, "off", "e", "")
 
 
 # ---------------------------------------------------------------------------------------------- the cache run
@@ -447,3 +447,52 @@ def test_time_embeddings_take_per_token_timesteps():
     ref, ref0 = NativeCacheRun.time_embeddings(dm, torch.tensor([700.0, 500.0]), x)
     assert e.shape == (2, 8) and e0.shape == (2, 6, 8)
     assert torch.equal(e, ref) and torch.equal(e0, ref0)
+
+
+@pytest.mark.parametrize("mode", ["reuse", "extrapolate"])
+def test_wan_attention_cache_through_the_override(mode):
+    """The wan preset's attention cache on a native-style forward: on reused steps the self-attention kernel
+    is not called and its output is the stored one (reuse) or the linear extrapolation of the last two."""
+    steps, layers = 10, 2
+    run = NativeCache(CacheConfig.preset("wan", attention=mode)).start(CFG, steps, 5.0)
+    override = native.CacheAttention()  # ComfyUI's func computes
+    sig = sample_sigmas(steps)
+    kernel_calls: list[int] = []
+    self_outs: dict[int, torch.Tensor] = {}
+
+    def func(q, k, v, heads, mask=None, transformer_options=None, **kw):
+        kernel_calls.append(transformer_options["step"])
+        return native_sdpa(q, k, v, heads)
+
+    def forward(x, t, context, clip_fea=None, time_dim_concat=None, transformer_options=None):
+        to = transformer_options
+        to["grid_sizes"] = GRID
+        step = to["step"]
+        g = torch.Generator().manual_seed(step)
+        for i in range(layers):
+            NativeAttention.enter_block(to, i, layers)
+            q, k, v = (torch.randn(x.shape[0], 90, 64, generator=g) for _ in range(3))
+            out = override(func, q, k, v, heads=2, transformer_options=to)
+            if i == 0:
+                self_outs[step] = out
+            override(func, q, k[:, :7], v[:, :7], heads=2, transformer_options=to)  # cross-attention
+        return x
+
+    ex = Executor(forward)
+    for i in range(steps):
+        to = {"sigmas": sig[i:i + 1], "sample_sigmas": sig, "cond_or_uncond": [0], "wancore_cache": run, "step": i}
+        before = len(kernel_calls)
+        native.diffusion_model_wrapper(ex, torch.zeros(1, 16, 3, 12, 10), sig[i:i + 1] * 1000, None, None, None, to)
+        per_step = len(kernel_calls) - before
+        assert per_step in (2 * layers, layers)  # all attention, or the cross-attention only
+    rep = run.report
+    assert rep.attention_reused > 0 and rep.attention_computed > 0
+    reused = [s for s in range(steps) if rep.attention[s].get("cond", [0, 0])[1]]
+    s = reused[-1]
+    anchor = s - 1
+    if mode == "reuse":
+        assert torch.equal(self_outs[s], self_outs[anchor])
+    else:
+        old = anchor - 2
+        assert torch.allclose(self_outs[s], self_outs[anchor] + 0.5 * (self_outs[anchor] - self_outs[old]), atol=1e-6)
+    assert "self-attention reused" in run.finish()
