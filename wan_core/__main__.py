@@ -363,13 +363,19 @@ def demo_files() -> dict:
     return {part: identify(paths[part], part) for part in ("dit", "vae", "text_encoder")}
 
 
-def check_memory(args, device, dit_size: str | None) -> None:
-    """Refuse, before loading, a size that cannot fit in the device's memory (``wan_core.estimate``)."""
-    from .estimate import fit_problem, total_memory
+def check_memory(args, device, dit_size: str | None, layers: int | None = None) -> None:
+    """Refuse, before loading, a size that cannot fit in the device's memory (``wan_core.estimate``). Blocks
+    swapped to RAM (--blocks-to-swap, ``layers`` = the DiT's block count) do not count on the device, except the
+    prefetch + 1 in flight (docs/memory.md section 1)."""
+    from .estimate import fit_problem, memory_needs, total_memory
 
     ram = total_memory("cpu")
     compute = total_memory(device) if device.type != "cpu" else ram
     dtype = "fp8" if args.weights else ("fp32" if device.type == "cpu" else "bf16")
+    swapped = min(getattr(args, "blocks_to_swap", 0), layers or 0) if device.type == "cuda" else 0
+    if compute is not None and swapped and layers:
+        weights = memory_needs(args.width, args.height, args.frames, model=dit_size, dtype=dtype)["weights"]
+        compute += int(weights / layers * (swapped - min(args.prefetch + 1, swapped)))
     problem = fit_problem(args.width, args.height, args.frames, compute_bytes=compute, host_bytes=ram,
                           model=dit_size, dtype=dtype)
     if problem:
@@ -574,15 +580,16 @@ def cmd_generate(args) -> int:
         files = resolve_models(args)
         for part, f in files.items():
             print(f"wan_core: {PART_LABELS[part]}: {f.path} ({f.what})", file=sys.stderr)
-    check_memory(args, device, files["dit"].size if files else None)
     from .memory import check_swap_options
 
+    layers = dit_block_count(files)
     try:  # block swap options against the device and the file's block count, before loading
-        note = check_swap_options(args.blocks_to_swap, args.prefetch, device, dit_block_count(files))
+        note = check_swap_options(args.blocks_to_swap, args.prefetch, device, layers)
     except ValueError as e:
         raise UsageError(str(e)) from None
     if note:
         print(f"wan_core: {note}", file=sys.stderr)
+    check_memory(args, device, files["dit"].size if files else None, layers)
 
     t0 = time.perf_counter()
     dit, vae, te = load_models(args, device, files)
