@@ -58,3 +58,18 @@ def test_run_prints_peak_memory_per_stage(capsys, monkeypatch, tmp_path):
     assert [m.split(", ")[1].split(":")[0] for m in memory] == ["text encoding", "sampling", "decoding"], memory
     assert all("peak" in m and "weights" in m for m in memory)
     print("\n".join(memory))
+
+
+def test_swapped_blocks_do_not_count_against_the_gpu(monkeypatch):
+    """The 14B fp8 DiT on a 12 GiB card: refused up front without swap, accepted with 30 of 40 blocks swapped."""
+    from types import SimpleNamespace
+
+    from wan_core import estimate
+
+    monkeypatch.setattr(estimate, "total_memory", lambda device=None: 12 * 2**30 if device is not None and
+                        getattr(device, "type", device) == "cuda" else 64 * 2**30)
+    args = SimpleNamespace(width=832, height=480, frames=81, weights="fp8_scaled", blocks_to_swap=0, prefetch=1)
+    with pytest.raises(cli.UsageError, match="14B DiT needs at least"):
+        cli.check_memory(args, torch.device("cuda"), "14B", 40)
+    args.blocks_to_swap = 30
+    cli.check_memory(args, torch.device("cuda"), "14B", 40)
