@@ -263,17 +263,20 @@ def lora_problem(spec: str) -> str | None:
 
 
 def apply_loras(args, dit) -> None:
-    """The --lora files on the DiT, in order, each with its strength; one line each on stderr (with unused keys)."""
+    """The --lora files on the DiT (on each expert of --dit-high/--dit-low), in order, each with its strength; one
+    line each on stderr (with unused keys)."""
     import warnings
 
     from .lora import LoraWarning, apply_lora
 
     for spec in args.lora:
         path, strength = parse_lora(spec)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", LoraWarning)  # the summary line below names the unused keys
-            applied = apply_lora(dit, Path(path).expanduser(), strength=strength, merge=args.lora_mode == "merged")
-        print(f"wan_core: {applied.summary()}", file=sys.stderr)
+        for label, model in wan22_cli.experts(dit):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LoraWarning)  # the summary line below names the unused keys
+                applied = apply_lora(model, Path(path).expanduser(), strength=strength,
+                                     merge=args.lora_mode == "merged")
+            print(f"wan_core: {label}{applied.summary()}", file=sys.stderr)
 
 
 def uses_negative(args) -> bool:

@@ -85,12 +85,14 @@ class WanMoE(nn.Module):
     def activate(self, name: str, device: torch.device | str | None = None) -> nn.Module:
         """Make expert ``name`` ready on ``device`` (default: where the other one is) and, with
         ``offload_device``, move the other one there. Returns the expert."""
+        from .memory.offload import move  # a block-swapped expert moves its resident parts only
+
         active, other = self.expert(name), self.expert("low" if name == "high" else "high")
         target = torch.device(device) if device is not None else cast(torch.device, other.device)
         if self.offload_device is not None:
-            other.to(self.offload_device)
+            move(other, self.offload_device)
         if getattr(active, "device", target) != target:
-            active.to(target)
+            move(active, target)
         return active
 
     def forward(self, x: torch.Tensor, t, context, **kwargs) -> torch.Tensor:

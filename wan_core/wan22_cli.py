@@ -7,11 +7,14 @@ import math
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from .wan22_settings import T2V_A14B, TI2V_5B
+from .wan22_settings import I2V_A14B, T2V_A14B, TI2V_5B
 
 A14B_DEFAULTS = {"steps": T2V_A14B["steps"], "shift": T2V_A14B["shift"], "guidance": T2V_A14B["guidance_high"],
                  "fps": T2V_A14B["fps"]}
+I2V_A14B_DEFAULTS = {"steps": I2V_A14B["steps"], "shift": I2V_A14B["shift"], "guidance": I2V_A14B["guidance_high"],
+                     "fps": I2V_A14B["fps"]}
 TI2V_DEFAULTS = {"width": TI2V_5B["width"], "height": TI2V_5B["height"], "frames": TI2V_5B["frames"],
                  "steps": TI2V_5B["steps"], "guidance": TI2V_5B["guidance"], "shift": TI2V_5B["shift"],
                  "fps": TI2V_5B["fps"]}
@@ -33,6 +36,12 @@ def is_moe(args) -> bool:
     return bool(getattr(args, "dit_high", None) or getattr(args, "dit_low", None))
 
 
+def a14b_settings(args) -> dict:
+    """The official settings of the experts' model: I2V-A14B with --image (boundary 0.9, shift 5, guidance
+    3.5 / 3.5), else T2V-A14B (0.875, shift 12, 4.0 / 3.0); ``wan_core.wan22_settings`` cites the configs."""
+    return I2V_A14B if getattr(args, "image", None) else T2V_A14B
+
+
 def _dit_channels(path: str | None) -> int | None:
     if not path or not Path(path).expanduser().exists():
         return None
@@ -43,10 +52,11 @@ def _dit_channels(path: str | None) -> int | None:
 
 
 def defaults(args, base: Mapping[str, object]) -> dict[str, object]:
-    """``base`` with the official Wan 2.2 values for A14B experts (40 steps, shift 12, guidance 4 / 3) or a
+    """``base`` with the official Wan 2.2 values for A14B experts (40 steps, shift 12, guidance 4 / 3; with --image
+    I2V-A14B: shift 5, guidance 3.5 / 3.5) or a
     TI2V-5B DiT (1280x704, 121 frames at 24 fps, 50 steps, shift 5, guidance 5); unset flags take them."""
     if is_moe(args):
-        return {**base, **A14B_DEFAULTS}
+        return {**base, **(I2V_A14B_DEFAULTS if getattr(args, "image", None) else A14B_DEFAULTS)}
     if _dit_channels(getattr(args, "dit", None)) == 48:
         return {**base, **TI2V_DEFAULTS}
     return dict(base)
@@ -73,16 +83,15 @@ def problems(args) -> list[str]:
             out.append(f"--{flag.replace('_', '-')} {value}: no such file or folder")
     if args.boundary is not None and not 0.0 < args.boundary < 1.0:
         out.append(f"--boundary {args.boundary}: must lie between 0 and 1 (T2V 0.875, I2V 0.9)")
-    low = T2V_A14B["guidance_low"] if args.guidance_low is None else args.guidance_low
+    low = a14b_settings(args)["guidance_low"] if args.guidance_low is None else args.guidance_low
     if not math.isfinite(low) or low < 0:
         out.append(f"--guidance-low {low}: must be a finite number >= 0")
     elif (args.guidance == 1.0) != (low == 1.0):
         out.append(f"--guidance {args.guidance} with --guidance-low {low}: both experts with guidance 1, or "
                    f"neither (the negative prompt is encoded once for both)")
-    for flag, what in (("lora", "--lora"), ("blocks_to_swap", "--blocks-to-swap"), ("image", "--image")):
-        if getattr(args, flag, None):
-            out.append(f"{what} with --dit-high/--dit-low is not supported yet; use the nodes (WanCoreLoRA on each "
-                       f"expert) or one expert with --dit")
+    if getattr(args, "image", None) and getattr(args, "last_image", None):
+        out.append("--last-image with --dit-high/--dit-low: Wan 2.2 I2V-A14B takes a start image only (drop "
+                   "--last-image)")
     if getattr(args, "nag_scale", 1.0) not in (None, 1.0):
         out.append("--nag-scale with --dit-high/--dit-low is not supported yet")
     return out
@@ -115,20 +124,57 @@ def with_low_noise_expert(args, dit, accel: dict):
           file=sys.stderr)
     on_gpu = dit.device.type == "cuda"
     low = load_dit(Path(args.dit_low).expanduser(), dtype=dit.dtype, device="cpu" if on_gpu else dit.device, **accel)
-    guidance = (args.guidance, T2V_A14B["guidance_low"] if args.guidance_low is None else args.guidance_low)
-    boundary = T2V_A14B["boundary"] if args.boundary is None else args.boundary
+    official = a14b_settings(args)  # I2V-A14B with --image, else T2V-A14B
+    guidance = (args.guidance, official["guidance_low"] if args.guidance_low is None else args.guidance_low)
+    boundary = official["boundary"] if args.boundary is None else args.boundary
     return WanMoE(dit, low, boundary=boundary, guidance=guidance, offload_device="cpu" if on_gpu else None)
 
 
-def prepare_dit(args, dit, device, prepare: Callable) -> None:
-    """``prepare(args, dit, device)`` (``__main__.prepare_dit``) on the DiT, or on the high-noise expert only of a
-    ``WanMoE`` whose low-noise expert waits on the CPU."""
+def experts(dit) -> list[tuple[str, Any]]:
+    """``[("", dit)]``, or ``[("high-noise expert: ", high), ("low-noise expert: ", low)]`` for a ``WanMoE``: what
+    --lora patches (each expert gets every LoRA, docs/wan22.md section 6)."""
     from .wan22 import is_moe as model_is_moe
 
-    if model_is_moe(dit) and dit.offload_device is not None:
-        prepare(args, dit.high_noise, device)
-    else:
+    if not model_is_moe(dit):
+        return [("", dit)]
+    return [("high-noise expert: ", dit.high_noise), ("low-noise expert: ", dit.low_noise)]
+
+
+def swap_experts(moe, blocks_to_swap: int, prefetch: int, device) -> list:
+    """Block swap (``wan_core.memory.enable_block_swap``) on each expert of ``moe``: the last ``blocks_to_swap``
+    blocks of each in (pinned) CPU memory, streamed to ``device``. With ``moe.offload_device`` set, only the
+    high-noise expert's resident parts go to ``device`` now; the low-noise expert's follow at the switch
+    (``WanMoE.activate`` moves resident parts only). Returns the two ``BlockSwap`` objects (high, low)."""
+    from .memory import enable_block_swap
+
+    swaps = []
+    for name in ("high", "low"):
+        expert = moe.expert(name)
+        swaps.append(enable_block_swap(expert, min(blocks_to_swap, len(expert.blocks)), prefetch, device=device,
+                                       place_resident=name == "high" or moe.offload_device is None))
+    return swaps
+
+
+def prepare_dit(args, dit, device, prepare: Callable) -> None:
+    """``prepare(args, dit, device)`` (``__main__.prepare_dit``) on a plain DiT. A ``WanMoE``: block swap on each
+    expert (--blocks-to-swap on a GPU) or the high-noise expert moved in (the low-noise one waits on the CPU
+    when ``offload_device`` is set), then --compile-blocks on both."""
+    from .memory import compile_blocks
+    from .memory.offload import move
+    from .wan22 import is_moe as model_is_moe
+
+    if not model_is_moe(dit):
         prepare(args, dit, device)
+        return
+    if args.blocks_to_swap and device.type == "cuda":
+        for label, swap in zip(("high", "low"), swap_experts(dit, args.blocks_to_swap, args.prefetch, device)):
+            print(f"wan_core: {label}-noise expert: {swap} ({swap.offload_bytes() / 2**30:.2f} GiB of blocks in "
+                  f"pinned RAM)", file=sys.stderr)
+    else:
+        move(dit.high_noise if dit.offload_device is not None else dit, device)
+    if args.compile_blocks:
+        for expert in (dit.high_noise, dit.low_noise):
+            compile_blocks(expert, device=device)  # a CompileUnavailableWarning says why not, in one line
 
 
 def claim_ti2v_image(args) -> None:
