@@ -61,12 +61,16 @@ REPACKAGED_FILES = {
     # Wan 2.2 (docs/wan22.md section 6), from HF_REPACKAGED_22
     "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors": "diffusion_models",
     "wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors": "diffusion_models",
+    "wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors": "diffusion_models",
+    "wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors": "diffusion_models",
     "wan2.2_ti2v_5B_fp16.safetensors": "diffusion_models",
     "wan2.2_vae.safetensors": "vae",
 }
 HF_REPACKAGED_22 = "https://huggingface.co/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files"
 DIT_A14B_HIGH = "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors"
 DIT_A14B_LOW = "wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors"
+DIT_I2V_A14B_HIGH = "wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors"
+DIT_I2V_A14B_LOW = "wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors"
 DIT_TI2V_5B = "wan2.2_ti2v_5B_fp16.safetensors"
 VAE_22 = "wan2.2_vae.safetensors"
 DIT_1_3B = "wan2.1_t2v_1.3B_fp16.safetensors"
@@ -389,7 +393,37 @@ def wan22_workflows() -> list[Workflow]:
              {"video": (8, 0)}),
         Node(10, "LoadImage", {"image": "example.png"}, title="Start image"),
     ])
-    return [a14b, ti2v]
+    return [a14b, i2v_a14b_workflow(), ti2v]
+
+
+def i2v_a14b_workflow() -> Workflow:
+    """Wan 2.2 I2V-A14B: two 36-channel experts without CLIP through WanCoreMoE, WanCoreImageToVideo without a CLIP
+    vision input; official settings from Wan2.2 wan/configs/wan_i2v_A14B.py lines 34-37 (shift 5.0, 40 steps,
+    boundary 0.900, guidance 3.5 / 3.5)."""
+    sampler = _sampler({"steps": 40, "guidance": 3.5, "shift": 5.0})
+    sampler.links.update({"model": (11, 0), "latent": (5, 1), "image_cond": (5, 0)})
+    return Workflow("i2v_wan22_a14b", "## WanCore: image to video (Wan 2.2 I2V-A14B, two experts)\n"
+                    "The start image is resized to 1280x720 (no crop) and VAE-encoded as the conditioning of both "
+                    "experts; Wan 2.2 I2V needs no CLIP vision. The high-noise expert runs the steps with timestep "
+                    ">= 900, the low-noise expert the rest (**WanCore Wan 2.2 MoE**), guidance 3.5 / 3.5 (the "
+                    "sampler's guidance is not used). Official settings: 81 frames at 16 fps, 40 UniPC steps, "
+                    "shift 5.\n" + _WAN22_FILES_NOTE.format(files=f"├── diffusion_models/{DIT_I2V_A14B_HIGH}\n"
+                                                                  f"├── diffusion_models/{DIT_I2V_A14B_LOW}\n",
+                                                            vae=VAE), [
+        Node(1, "WanCoreModelLoader", {"model_name": DIT_I2V_A14B_HIGH}, title="High-noise expert"),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
+        Node(3, "WanCoreVAELoader", {"vae_name": VAE}),
+        _encode(PROMPT),
+        Node(5, "WanCoreImageToVideo", {"width": 1280, "height": 720, "frames": 81, "batch_size": 1},
+             {"vae": (3, 0), "start_image": (10, 0)}),
+        sampler,
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, "video/WanCore_wan22_i2v_a14b"),
+        Node(10, "LoadImage", {"image": "example.png"}, title="Start image"),
+        Node(11, "WanCoreMoE", {"boundary": 0.9, "guidance_high": 3.5, "guidance_low": 3.5},
+             {"high_noise_model": (1, 0), "low_noise_model": (12, 0)}),
+        Node(12, "WanCoreModelLoader", {"model_name": DIT_I2V_A14B_LOW}, title="Low-noise expert"),
+    ])
 
 
 def native_fast_workflow() -> Workflow:

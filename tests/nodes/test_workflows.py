@@ -29,6 +29,7 @@ NAMES = ("t2v_basic", "t2v_fast", "t2v_long_tiled", "t2v_native_mix", "t2v_cache
 NAMES += ("t2v_distill",)  # WanCoreLoRA + the distilled 4-step schedule (docs/lora.md section 5)
 NAMES += ("t2v_multi_gpu",)  # WanCoreContextParallel: runs on a 2-process CPU pool here (docs/parallel.md)
 NAMES += ("t2v_wan22_a14b", "ti2v_wan22_5b")  # Wan 2.2: WanCoreMoE, TI2V-5B first-frame latent (docs/wan22.md)
+NAMES += ("i2v_wan22_a14b",)  # Wan 2.2 I2V-A14B: WanCoreMoE of two 36-channel experts, WanCoreImageToVideo, no CLIP
 # Graphs on ComfyUI's native MODEL (UNETLoader, KSampler): run end to end by tests/nodes/test_native_comfy.py
 NATIVE_MODEL = ("native_t2v_fast",)
 # Core ComfyUI node ids the workflows may use (read from ComfyUI 0.33's nodes.py / comfy_extras).
@@ -339,7 +340,8 @@ def _write_tiny_wan22_models(root: Path, names: dict[str, set[str]]) -> None:
 
 def _write_tiny_image_models(root: Path, names: dict[str, set[str]]) -> None:
     """i2v_wan21 / flf2v_wan21: tiny I2V / FLF2V DiTs (36 input channels, img_emb) over the T2V stand-ins of the
-    same names, and a tiny CLIP vision file in ComfyUI's layout (5 tokens of width 24 from a 28 px image)."""
+    same names (i2v_wan22_a14b's wan2.2_i2v experts without img_emb), and a tiny CLIP vision file in ComfyUI's
+    layout (5 tokens of width 24 from a 28 px image)."""
     from safetensors.torch import save_file
     from transformers import CLIPVisionConfig, CLIPVisionModel
 
@@ -358,7 +360,8 @@ def _write_tiny_image_models(root: Path, names: dict[str, set[str]]) -> None:
         for file_name in names.get("diffusion_models", ()):
             if "i2v" in file_name or "flf2v" in file_name:
                 cfg = DIT_PRESETS["tiny"].replace(text_dim=TEXT_ENCODER_PRESETS["tiny"].d_model, in_dim=36,
-                                                  image_dim=24, image_pos_len=10 if "flf2v" in file_name else 0)
+                                                  image_dim=0 if file_name.startswith("wan2.2_i2v") else 24,
+                                                  image_pos_len=10 if "flf2v" in file_name else 0)
                 dit = WanDiT(cfg)
                 save_file({k: v.to(torch.float16).contiguous() for k, v in dit.state_dict().items()},
                           str(root / "diffusion_models" / file_name))
