@@ -369,15 +369,19 @@ class _Managed(torch.nn.Module):
 
     def __init__(self, module: torch.nn.Module):
         super().__init__()
-        swap = getattr(module, "block_swap", None)
-        self.inner: torch.nn.Module = torch.nn.ModuleList(swap.resident_modules()) if swap is not None else module
+        from wan_core.memory.offload import resident_parts
+
+        parts = resident_parts(module)  # a WanMoE of swapped experts: each expert's resident parts
+        self.inner: torch.nn.Module = module if parts == [module] else torch.nn.ModuleList(parts)
         self.device = next(module.parameters()).device
 
 
 def _swap_headroom(model) -> int:
     """Device bytes a block-swapped DiT needs beyond its resident weights: prefetch + 1 blocks in flight."""
-    swap = getattr(_module_of(model), "block_swap", None)
-    return 0 if swap is None else (swap.prefetch + 1) * swap.stats.block_bytes
+    module = _module_of(model)
+    parts = [module, *module.children()] if module is not None else []  # a WanMoE: one expert runs at a time
+    swaps = [s for s in (getattr(m, "block_swap", None) for m in parts) if s is not None]
+    return max(((s.prefetch + 1) * s.stats.block_bytes for s in swaps), default=0)
 
 
 class on_device:
@@ -408,14 +412,13 @@ class on_device:
         module = _module_of(self.model)
         if module is None:
             return self.model
-        from wan_core.memory.offload import move
+        from wan_core.memory.offload import move, resident_parts
 
         if IN_COMFYUI:
             _mm.load_models_gpu([self._patcher(module)], force_full_load=True,
                                 memory_required=_swap_headroom(self.model))  # room for the swapped blocks too
             return self.model
-        swap = getattr(module, "block_swap", None)
-        probe = swap.resident_modules()[0] if swap is not None else module
+        probe = resident_parts(module)[0]
         self.moved = next(probe.parameters()).device != self.device
         if self.moved:
             move(self.model, self.device)  # a swapped DiT: its resident parts only

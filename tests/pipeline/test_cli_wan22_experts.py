@@ -170,3 +170,22 @@ def test_bad_expert_image_requests_one_line(files, tmp_path, capsys, flags, mess
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert code == 2 and len(err) == 1, err
     assert message in err[0], err
+
+
+def test_move_and_release_of_swapped_experts():
+    """A ``WanMoE`` whose experts swap blocks moves each expert's resident parts only ('meta' standing in for the
+    GPU, as tests/memory/test_offload.py does), and ``release`` drops both swaps with the weights."""
+    from wan_core.memory.offload import move, release, resident_parts
+    from wan_core.wan22_cli import swap_experts
+
+    moe = _tiny_moe(6)
+    swaps = swap_experts(moe, 1, 1, torch.device("cpu"))
+    parts = resident_parts(moe)
+    swapped = [p for s in swaps for i in s.swapped for p in s.model.blocks[i].parameters()]
+    assert not {id(p) for m in parts for p in m.parameters()} & {id(p) for p in swapped}
+    move(moe, "meta")
+    assert moe.high_noise.patch_embedding.weight.is_meta and moe.low_noise.blocks[0].ffn[0].weight.is_meta
+    assert all(not p.is_meta for p in swapped)
+    release(moe)
+    assert all(p.is_meta for p in moe.parameters())
+    assert getattr(moe.high_noise, "block_swap", None) is None and getattr(moe.low_noise, "block_swap", None) is None

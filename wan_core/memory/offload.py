@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 __all__ = ["DIT_OFFLOAD", "TEXT_ENCODER_OFFLOAD", "VAE_OFFLOAD", "OffloadPolicy", "free_device_cache", "move",
-           "release"]
+           "release", "resident_parts"]
 
 TEXT_ENCODER_OFFLOAD = ("release", "keep", "cpu")
 VAE_OFFLOAD = ("decode", "keep")
@@ -67,14 +67,29 @@ def _modules(model: Any) -> list[nn.Module]:
     return [inner] if isinstance(inner, nn.Module) else []
 
 
+def _swapped_children(module: nn.Module) -> list[nn.Module]:
+    return [c for c in module.children() if getattr(c, "block_swap", None) is not None]
+
+
+def resident_parts(module: nn.Module) -> list[nn.Module]:
+    """The modules that go to the compute device: a block-swapped DiT's resident modules (its swapped blocks stay
+    in pinned RAM), each child's for a module whose children swap blocks (a ``WanMoE`` of swapped experts,
+    docs/wan22.md section 6), else the module itself."""
+    swap = getattr(module, "block_swap", None)
+    if swap is not None:
+        return list(swap.resident_modules())
+    if _swapped_children(module):
+        return [part for child in module.children() for part in resident_parts(child)]
+    return [module]
+
+
 def move(model: Any, device: torch.device | str) -> Any:
-    """``model.to(device)`` for a WanDiT, WanVAE or TextEncoder (a DiT with block swap keeps its swapped
-    blocks where they are); frees the device cache when moving off a GPU."""
+    """``model.to(device)`` for a WanDiT, WanMoE, WanVAE or TextEncoder (a DiT with block swap, or each expert
+    with one, keeps its swapped blocks where they are); frees the device cache when moving off a GPU."""
     if model is None:
         return None
-    swap = getattr(model, "block_swap", None)
-    if swap is not None:
-        for module in swap.resident_modules():
+    if isinstance(model, nn.Module):
+        for module in resident_parts(model):
             module.to(device)
     else:
         model.to(device)
@@ -87,9 +102,10 @@ def release(model: Any) -> None:
     """Free a model's weights now, also while other references to it exist: every parameter and buffer moves
     to the ``meta`` device (no storage); the model cannot run afterwards."""
     for module in _modules(model):
-        swap = getattr(module, "block_swap", None)
-        if swap is not None:
-            swap.remove(bring_back=False)
+        for part in (module, *_swapped_children(module)):  # a WanMoE: each expert's swap
+            swap = getattr(part, "block_swap", None)
+            if swap is not None:
+                swap.remove(bring_back=False)
         module.to("meta")
     clear = getattr(model, "clear_cache", None)
     if callable(clear):  # the text encoder's prompt cache
