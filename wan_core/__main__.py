@@ -192,10 +192,10 @@ def check_args(args) -> list[str]:
         if args.guidance is not None and args.guidance != 1.0:
             problems.append(f"--nag-scale {args.nag_scale:g} applies the negative prompt at guidance 1, but "
                             f"guidance is {args.guidance:g}: add --guidance 1 or drop --nag-scale")
-    for spec in args.lora:
+    for flag, spec in [("--lora", spec) for spec in args.lora] + wan22_cli.expert_loras(args):
         problem = lora_problem(spec)
         if problem:
-            problems.append(problem)
+            problems.append(problem.replace("--lora", flag, 1))
     problems += parallel_cli.problems(args)
     if args.blocks_to_swap < 0:
         problems.append(f"--blocks-to-swap {args.blocks_to_swap}: must be an integer >= 0")
@@ -269,14 +269,12 @@ def apply_loras(args, dit) -> None:
 
     from .lora import LoraWarning, apply_lora
 
-    for spec in args.lora:
+    for spec, label, model in wan22_cli.lora_targets(args, dit):  # --lora-high/--lora-low: one expert each
         path, strength = parse_lora(spec)
-        for label, model in wan22_cli.experts(dit):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", LoraWarning)  # the summary line below names the unused keys
-                applied = apply_lora(model, Path(path).expanduser(), strength=strength,
-                                     merge=args.lora_mode == "merged")
-            print(f"wan_core: {label}{applied.summary()}", file=sys.stderr)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LoraWarning)  # the summary line below names the unused keys
+            applied = apply_lora(model, Path(path).expanduser(), strength=strength, merge=args.lora_mode == "merged")
+        print(f"wan_core: {label}{applied.summary()}", file=sys.stderr)
 
 
 def uses_negative(args) -> bool:
@@ -488,6 +486,9 @@ def output_metadata(args, cfg, files: dict | None) -> dict:
             "nag": [args.nag_scale, args.nag_tau, args.nag_alpha] if args.nag_scale != 1.0 else None,
             "models": ({part: f.path.name for part, f in files.items()} if files else args.preset),
             "generator": f"ComfyUI-WanCore {__version__} (python -m wan_core)"}
+    for flag, spec in wan22_cli.expert_loras(args):  # "loras_high" / "loras_low"
+        path, strength = parse_lora(spec)
+        meta.setdefault(f"loras_{flag.rsplit('-', 1)[1]}", []).append(f"{Path(path).name}:{strength:g}")
     return meta
 
 

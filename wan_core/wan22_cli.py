@@ -30,6 +30,10 @@ def add_arguments(group) -> None:
     group.add_argument("--guidance-low", type=float, default=None,
                        help="A14B: guidance of the low-noise expert; --guidance is the high-noise one's "
                             "(official T2V 3.0 / 4.0)")
+    for name in ("high", "low"):
+        group.add_argument(f"--lora-{name}", action="append", default=[], metavar="FILE[:STRENGTH]",
+                           help=f"A14B: a LoRA for the {name}-noise expert only (repeatable; --lora goes to both "
+                                f"experts), e.g. the {name}_noise file of a Wan 2.2 LoRA pair")
 
 
 def is_moe(args) -> bool:
@@ -70,6 +74,9 @@ def problems(args) -> list[str]:
             if getattr(args, flag, None) is not None:
                 out.append(f"--{flag.replace('_', '-')} applies to the two A14B experts: give --dit-high and "
                            f"--dit-low")
+        for flag in sorted({flag for flag, _spec in expert_loras(args)}):
+            out.append(f"{flag} applies to one of the two A14B experts: give --dit-high and --dit-low (--lora for "
+                       f"one DiT)")
         return out
     if not (args.dit_high and args.dit_low):
         out.append("--dit-high and --dit-low go together (the two experts of one Wan 2.2 A14B model)")
@@ -128,6 +135,21 @@ def with_low_noise_expert(args, dit, accel: dict):
     guidance = (args.guidance, official["guidance_low"] if args.guidance_low is None else args.guidance_low)
     boundary = official["boundary"] if args.boundary is None else args.boundary
     return WanMoE(dit, low, boundary=boundary, guidance=guidance, offload_device="cpu" if on_gpu else None)
+
+
+def expert_loras(args) -> list[tuple[str, str]]:
+    """``(flag, spec)`` of --lora-high / --lora-low, in that order."""
+    return [(f"--lora-{name}", spec) for name in ("high", "low") for spec in getattr(args, f"lora_{name}", None) or []]
+
+
+def lora_targets(args, dit) -> list[tuple[str, str, Any]]:
+    """``(spec, label, model)`` in the order they are applied: every --lora on the DiT (on each expert of a
+    ``WanMoE``), then each --lora-high on the high-noise expert and each --lora-low on the low-noise one."""
+    out = [(spec, label, model) for spec in args.lora for label, model in experts(dit)]
+    for flag, spec in expert_loras(args):
+        name = flag.rsplit("-", 1)[1]
+        out.append((spec, f"{name}-noise expert: ", dit.expert(name)))
+    return out
 
 
 def experts(dit) -> list[tuple[str, Any]]:

@@ -99,6 +99,30 @@ def test_lora_on_both_experts_equals_merging_by_hand(files, tmp_path, capsys):
     assert read_metadata(tmp_path / "lora")["loras"] == ["style.safetensors:0.8"]
 
 
+def test_one_expert_loras_equal_merging_by_hand(files, tmp_path, capsys):
+    """--lora-high / --lora-low (a Wan 2.2 LoRA pair) patch one expert each: the video equals the LoRAs merged by
+    hand into that expert's file only; the metadata records them per expert."""
+    from wan_core import apply_lora, load_dit
+
+    common = ["--vae", str(files["vae"]), "--text-encoder", str(files["te"])]
+    err = _run(capsys, files["high"], files["low"], tmp_path / "pair", *common, "--lora-high", f"{files['lora']}:0.8",
+               "--lora-low", f"{files['lora']}:-0.5")
+    assert err.count("LoRA style.safetensors") == 2
+    assert "high-noise expert: LoRA style.safetensors (official layout) at strength 0.8" in err
+    assert "low-noise expert: LoRA style.safetensors (official layout) at strength -0.5" in err
+    by_hand = {}
+    for name, strength in (("high", 0.8), ("low", -0.5)):
+        dit = load_dit(files[name], dtype=torch.float32)
+        apply_lora(dit, files["lora"], strength=strength)
+        by_hand[name] = tmp_path / f"merged_{name}_noise.safetensors"
+        _save(dit, by_hand[name])
+    _run(capsys, by_hand["high"], by_hand["low"], tmp_path / "hand", *common)
+    assert np.array_equal(_frames(tmp_path / "pair"), _frames(tmp_path / "hand"))
+    meta = read_metadata(tmp_path / "pair")
+    assert meta["loras"] == [] and meta["loras_high"] == ["style.safetensors:0.8"]
+    assert meta["loras_low"] == ["style.safetensors:-0.5"]
+
+
 def _tiny_moe(seed: int):
     from wan_core.wan22 import WanMoE
 
@@ -162,8 +186,11 @@ def test_i2v_a14b_settings_follow_the_image():
     (["--dit-high", "{i2v_high}", "--dit-low", "{i2v_low}", "--image", "{image}", "--last-image", "{image}"],
      "--last-image with --dit-high/--dit-low"),
     (["--dit-high", "{i2v_high}", "--dit-low", "{low}", "--image", "{image}"], "differ in latent channels in"),
+    (["--dit", "{high}", "--lora-low", "{lora}"], "--lora-low applies to one of the two A14B experts"),
+    (["--dit-high", "{high}", "--dit-low", "{low}", "--lora-high", "missing.safetensors"],
+     "--lora-high missing.safetensors: no such file"),
 ])
-def test_bad_expert_image_requests_one_line(files, tmp_path, capsys, flags, message):
+def test_bad_expert_requests_one_line(files, tmp_path, capsys, flags, message):
     args = [f.format(**{k: str(v) for k, v in files.items()}) for f in flags]
     code = main(["generate", *args, "--vae", str(files["vae"]), "--text-encoder", str(files["te"]), "--prompt", "x",
                  "--out", str(tmp_path / "x.webp"), *SIZE])
