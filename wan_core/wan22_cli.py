@@ -1,5 +1,6 @@
 """Command-line pieces for Wan 2.2 (docs/wan22.md section 6): ``--dit-high/--dit-low`` (the two A14B experts),
-``--boundary``, ``--guidance-low``, and the official defaults of A14B and TI2V-5B. ``__main__`` calls these at
+``--boundary``, ``--guidance-low``, ``--lora-high/--lora-low``, LoRA and block swap per expert, and the official
+defaults of T2V-A14B, I2V-A14B (with ``--image``) and TI2V-5B. ``__main__`` calls these at
 fixed points; nothing here imports torch at parse time."""
 from __future__ import annotations
 
