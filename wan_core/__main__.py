@@ -472,8 +472,6 @@ def prepare_dit(args, dit, device):
         compile_blocks(dit, device=device)  # a CompileUnavailableWarning says why not, in one line
 
 
-
-
 def output_metadata(args, cfg, files: dict | None) -> dict:
     """The prompt, seed and settings stored in the output file (``wan_core.video_io.read_metadata``)."""
     from . import __version__
