@@ -128,9 +128,22 @@ def _set_loras(dit: Any, stack: tuple) -> None:
         apply_lora(dit, source, strength, merge)
 
 
+def _importable_in_children() -> None:
+    """Spawned workers unpickle references into ``wan_core``. Inside ComfyUI the pack loads ``wan_core`` from its
+    file location, not from ``sys.path``, so the pack's folder is appended (after ComfyUI's own folders, whose
+    ``nodes`` module must stay first); the children start with the parent's ``sys.path``."""
+    import sys
+    from pathlib import Path
+
+    folder = str(Path(__file__).resolve().parents[2])
+    if folder not in sys.path:
+        sys.path.append(folder)
+
+
 def _worker(rank: int, world: int, port: int, device: str, spec: LoadSpec, config: ParallelConfig,
             timeout_s: float, commands, results) -> None:
     """Worker main loop (spawned)."""
+    results.put(("started", rank, None))  # rank 0 waits for this before the rendezvous, watching for deaths
     try:
         torch.set_num_threads(max(1, torch.get_num_threads() // world))
         if device.startswith("cuda"):
@@ -205,6 +218,7 @@ class WorkerPool:
         self.results = ctx.Queue()
         self.commands = [ctx.Queue() for _ in range(self.world - 1)]
         port = free_port()
+        _importable_in_children()
         self.procs = [ctx.Process(target=_worker, daemon=True, name=f"wancore-cp-rank{r}",
                                   args=(r, self.world, port, devices[r], self.spec, config, timeout_s,
                                         self.commands[r - 1], self.results))
@@ -212,6 +226,7 @@ class WorkerPool:
         for p in self.procs:
             p.start()
         try:
+            self._wait_started()  # a worker that dies on start must not leave rank 0 in the rendezvous
             backend = "nccl" if str(devices[0]).startswith("cuda") else "gloo"
             dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=self.world,
                                     timeout=datetime.timedelta(seconds=STARTUP_TIMEOUT_S))
@@ -248,6 +263,21 @@ class WorkerPool:
                 return out
             if kind == "error":
                 out.append(f"rank {rank}: {msg.strip().splitlines()[-1]}")
+
+    def _wait_started(self) -> None:
+        started: set[int] = set()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while len(started) < self.world - 1:
+            try:
+                kind, rank, msg = self.results.get(timeout=1.0)
+            except queue_mod.Empty:
+                dead = self._dead()
+                if dead or time.monotonic() > deadline:
+                    raise WorkerError("context-parallel worker failed to start (it could not import the pack or "
+                                      f"its arguments): {'; '.join(dead) or 'timeout'}") from None
+                continue
+            if kind == "started":
+                started.add(rank)
 
     def _wait_ready(self) -> None:
         ready: set[int] = set()
