@@ -168,10 +168,7 @@ def test_conditioning_latent_decodes_back_to_the_image():
     from wan_core.demo import builtin_paths
     from wan_core.demo.data import make_clip
 
-    try:
-        vae_path = builtin_paths()["vae"]
-    except FileNotFoundError as e:  # the packaged demo weights (wan_core/demo/weights) are missing from this tree
-        pytest.skip(f"no trained VAE to decode with: {e}")
+    vae_path = builtin_paths()["vae"]  # the packaged demo VAE: trained, so the PSNR means something
     vae = load_vae(vae_path, dtype=torch.float32)
     video, _caption = make_clip(3, width=64, height=64, frames=9)
     image = video[:, 0].permute(1, 2, 0)[None].add(1).div(2)  # IMAGE [1, 64, 64, 3] in [0, 1]
