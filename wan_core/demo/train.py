@@ -43,8 +43,10 @@ class DemoTrainConfig:
     vae_steps: int = 2000
     vae_batch: int = 4
     vae_crop: int = 32
-    vae_frames: int = 5
+    vae_frames: tuple[int, ...] = (5,)  # crop lengths, one drawn per batch
     vae_lr: float = 1e-3
+    vae_clip: float = 5.0
+    vae_latent_noise: float = 0.02  # latent noise std, relative to the batch's latent std
     num_clips: int = 800
     dit_steps: int = 2000
     decoder_steps: int = 1200  # decoder-only fine-tune after the DiT (the latent space stays fixed)
@@ -54,6 +56,7 @@ class DemoTrainConfig:
     caption_dropout: float = 0.1
     seed: int = 0
     threads: int = 1  # a shared CPU: one thread ran ~10x faster than two
+    parallel: bool = True  # the decoder fine-tune in a second process beside the DiT stage
 
 
 def _log(out: str, **record) -> None:
@@ -121,22 +124,24 @@ def stage_text_encoder(out: str, cfg: DemoTrainConfig) -> None:
 
 # ----------------------------------------------------------------------------------------- 2. VAE
 def _vae_batch(rng: random.Random, cfg: DemoTrainConfig) -> torch.Tensor:
-    """[B, 3, vae_frames, crop, crop] crops of random training clips (half of them centred on an object)."""
+    """[B, 3, T, crop, crop] crops of random training clips (half of them centred on an object), T drawn from
+    ``vae_frames``."""
     crops: list[torch.Tensor] = []
     c = cfg.vae_crop
+    frames = cfg.vae_frames[0] if len(cfg.vae_frames) == 1 else rng.choice(cfg.vae_frames)
     while len(crops) < cfg.vae_batch:
         spec = D.clip_spec(rng.randrange(D.TRAIN_SEED_LIMIT))
-        if spec.frames < cfg.vae_frames:
-            spec = D.clip_spec(spec.seed, width=spec.width, height=spec.height, frames=cfg.vae_frames)
+        if spec.frames < frames:
+            spec = D.clip_spec(spec.seed, width=spec.width, height=spec.height, frames=frames)
         video = D.render(spec)
-        t0 = rng.randrange(0, spec.frames - cfg.vae_frames + 1)
+        t0 = rng.randrange(0, spec.frames - frames + 1)
         if rng.random() < 0.5:
-            ox, oy = spec.objects[0].centre(t0 + cfg.vae_frames // 2)
+            ox, oy = spec.objects[0].centre(t0 + frames // 2)
             x0 = int(min(max(ox - c / 2 + rng.uniform(-6, 6), 0), spec.width - c))
             y0 = int(min(max(oy - c / 2 + rng.uniform(-6, 6), 0), spec.height - c))
         else:
             x0, y0 = rng.randrange(spec.width - c + 1), rng.randrange(spec.height - c + 1)
-        crops.append(video[:, t0:t0 + cfg.vae_frames, y0:y0 + c, x0:x0 + c])
+        crops.append(video[:, t0:t0 + frames, y0:y0 + c, x0:x0 + c])
     return torch.stack(crops)
 
 
@@ -194,14 +199,14 @@ def stage_vae(out: str, cfg: DemoTrainConfig) -> None:
             for g in opt.param_groups:
                 g["lr"] = _lr(step, cfg.vae_steps, cfg.vae_lr)
             z = model.encode_chunk(x, None)
-            z = z + 0.02 * z.detach().std() * torch.randn_like(z)  # a decoder that tolerates small latent errors
+            z = z + cfg.vae_latent_noise * z.detach().std() * torch.randn_like(z)  # tolerate small latent errors
             y = model.decoder(model.conv2(z))
             mse = torch.mean((y - x) ** 2)
             loss = mse + 0.1 * torch.mean((y - x).abs())
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            mse = mse.detach()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            mse, loss = mse.detach(), loss.detach()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.vae_clip)
             opt.step()
             bar.update(1)
             bar.set_postfix(psnr=f"{psnr_of_mse(float(mse)):.1f}")
@@ -365,7 +370,7 @@ def stage_vae_decoder(out: str, cfg: DemoTrainConfig) -> None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"]
-    dcfg = DemoTrainConfig(vae_batch=2, vae_frames=17, vae_crop=cfg.vae_crop, seed=cfg.seed + 5)
+    dcfg = DemoTrainConfig(vae_batch=2, vae_frames=(17,), vae_crop=cfg.vae_crop, seed=cfg.seed + 5)
     t0 = time.time()
     model.train()
     with autograd_safe_vae():
@@ -382,7 +387,7 @@ def stage_vae_decoder(out: str, cfg: DemoTrainConfig) -> None:
             loss = mse + 0.1 * torch.mean((y - x).abs())
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            mse = mse.detach()
+            mse, loss = mse.detach(), loss.detach()
             torch.nn.utils.clip_grad_norm_(params, 5.0)
             opt.step()
             bar.update(1)
@@ -396,26 +401,61 @@ def stage_vae_decoder(out: str, cfg: DemoTrainConfig) -> None:
         bar.close()
     model.eval()
     _save(model.state_dict(), path)
-    with open(done, "w", encoding="utf-8") as f:
-        json.dump({"steps": cfg.decoder_steps}, f)
-    _summary(out, vae_decoder={"steps": cfg.decoder_steps, "wall_s_last_run": round(time.time() - t0, 1),
-                               "final_mse": float(mse)})
+    # the summary goes through this file (merged by ``run``): the stage may run in a second process
+    with open(done + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({"steps": cfg.decoder_steps, "wall_s_last_run": round(time.time() - t0, 1),
+                   "final_mse": float(mse)}, f)
+    os.replace(done + ".tmp", done)
 
 
 # ----------------------------------------------------------------------------------------- driver
+def _decoder_worker(out: str, cfg: DemoTrainConfig) -> None:
+    torch.set_num_threads(1)
+    _run_stage(out, "vae_decoder", stage_vae_decoder, cfg)
+
+
+def _run_stage(out: str, name: str, stage, cfg: DemoTrainConfig) -> None:
+    s0 = time.time()
+    stage(out, cfg)
+    _log(out, stage=name, done=True, wall_s=round(time.time() - s0, 1))
+    print(f"train-demo: stage {name} done ({time.time() - s0:.0f}s)", file=sys.stderr)
+
+
 def run(out: str, cfg: DemoTrainConfig | None = None) -> dict:
-    """Run (or resume) every stage into ``out``; returns the summary."""
+    """Run (or resume) every stage into ``out``; returns the summary.
+
+    With ``cfg.parallel`` the decoder fine-tune (stage 5, it needs only the VAE) runs in a second process,
+    one thread, beside the DiT stage: the two longest stages then share a 2-core machine's wall time.
+    """
+    import multiprocessing as mp
+
     cfg = cfg or DemoTrainConfig()
     torch.set_num_threads(cfg.threads)
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
     _summary(out, config=asdict(cfg), command=" ".join(["python -m wan_core train-demo"] + sys.argv[2:]))
-    for name, stage in (("text_encoder", stage_text_encoder), ("vae", stage_vae), ("latents", stage_latents),
-                        ("dit", stage_dit), ("vae_decoder", stage_vae_decoder)):
-        s0 = time.time()
-        stage(out, cfg)
-        _log(out, stage=name, done=True, wall_s=round(time.time() - s0, 1))
-        print(f"train-demo: stage {name} done ({time.time() - s0:.0f}s)", file=sys.stderr)
+    for name, stage in (("text_encoder", stage_text_encoder), ("vae", stage_vae), ("latents", stage_latents)):
+        _run_stage(out, name, stage, cfg)
+    worker = None
+    if cfg.parallel and cfg.decoder_steps > 0 and not os.path.exists(os.path.join(out, "vae_decoder_done.json")):
+        worker = mp.get_context("spawn").Process(target=_decoder_worker, args=(out, cfg), daemon=True)
+        worker.start()
+    try:
+        _run_stage(out, "dit", stage_dit, cfg)
+        if worker is not None:
+            worker.join()
+            if worker.exitcode != 0:
+                raise RuntimeError(f"train-demo: the VAE decoder stage failed (exit code {worker.exitcode}); "
+                                   f"run the command again to resume it")
+        else:
+            _run_stage(out, "vae_decoder", stage_vae_decoder, cfg)
+    finally:
+        if worker is not None and worker.is_alive():  # interrupted: the decoder's checkpoint lets it resume
+            worker.terminate()
+            worker.join()
+    done = os.path.join(out, "vae_decoder_done.json")
+    if os.path.exists(done):
+        _summary(out, vae_decoder=json.load(open(done, encoding="utf-8")))
     return _summary(out, total_wall_s_last_run=round(time.time() - t0, 1))
 
 
