@@ -43,17 +43,49 @@ class _Head(nn.ModuleList):
         return conv.stream_taps(F.silu(norm(x), inplace=True), state)
 
 
-def run_steps(steps, x: torch.Tensor, state: TemporalState | None, piece_frames: int | None) -> torch.Tensor:
+def step_growth(step) -> int:
+    """How many times more elements a decoder step may produce than it gets: 4 for a spatial x2 upsampling
+    (its nearest-neighbour copy comes before the conv), 2 for a temporal one (``time_conv`` doubles the
+    channels), their product for a module holding upsamplings (a Wan 2.2 stage); 1 otherwise."""
+    fn = getattr(step, "__func__", None)
+    if fn is Resample._space_upsample:
+        return 4
+    if fn is Resample._time_upsample:
+        return 2
+    growth = 1
+    if isinstance(step, nn.Module):
+        for m in step.modules():
+            if isinstance(m, Resample) and m.mode.startswith("up"):
+                growth *= 8 if m.mode == "upsample3d" else 4
+    return growth
+
+
+def run_steps(steps, x: torch.Tensor, state: TemporalState | None, piece_frames: int | None,
+              piece_elements: int | None = None) -> torch.Tensor:
     """Apply ``steps`` in order. Streaming (``state`` given) with ``piece_frames``: whenever a chunk has grown
     to more frames than that (after a temporal upsampling; at the encoder input), the remaining steps run on
     pieces of ``piece_frames`` frames, earliest first. Every step is causal and carries its frames in
     ``state``, so this is the same computation on smaller chunks: the full-resolution layers then hold one
-    frame (plus cached ones) at a time instead of four."""
+    frame (plus cached ones) at a time instead of four.
+
+    ``piece_elements`` (the decoder): the size of ``piece_frames`` frames at full resolution in elements.
+    A step then takes as many frames at once as keep its input, times ``step_growth``, within that size:
+    the low-resolution layers run several frames per call instead of one, while the full-resolution layers,
+    which set the peak, keep ``piece_frames`` (Wan 2.1 widths, 17x128x224 untiled: 300.3 -> 304.2 MiB, the
+    lower levels' pieces in flight). Fewer, larger calls: each convolution call has a fixed cost (on CPU,
+    oneDNN reorders the layer's weights on every call, ~4 ms for a 384-channel 3x3x3 conv), which weighs
+    most on small tiles."""
     for i, step in enumerate(steps):
-        if state is not None and piece_frames and x.shape[2] > piece_frames:
-            outs = [run_steps(steps[i:], piece, state, piece_frames) for piece in x.split(piece_frames, dim=2)]
-            outs = [o for o in outs if o.shape[2]]  # a temporal downsampling may emit nothing for a piece
-            return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+        if state is not None and piece_frames:
+            n = piece_frames
+            if piece_elements is not None and x.shape[2] > 1:
+                per_frame = x[:, :, 0].numel() * step_growth(step)
+                n = max(1, piece_elements // max(per_frame, 1))
+            if x.shape[2] > n:
+                outs = [run_steps(steps[i:], piece, state, piece_frames, piece_elements)
+                        for piece in x.split(n, dim=2)]
+                outs = [o for o in outs if o.shape[2]]  # a temporal downsampling may emit nothing for a piece
+                return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
         x = step(x, state)
         if x.shape[2] == 0:
             return x
@@ -115,7 +147,16 @@ class Decoder(nn.Module):
         return [self.conv1, *self.middle, *ups, self.head]
 
     def forward(self, x: torch.Tensor, state: TemporalState | None = None, piece_frames: int | None = None):
-        return run_steps(self.steps(), x, state, piece_frames)
+        """``piece_frames`` (streaming): frames per call at full resolution; lower levels take as many frames
+        as fit in the same number of elements (``run_steps``)."""
+        full = None if not piece_frames else piece_frames * self.frame_elements(x)
+        return run_steps(self.steps(), x, state, piece_frames, full)
+
+    def frame_elements(self, z: torch.Tensor) -> int:
+        """Elements of one frame at the full-resolution level (the head's input) for decoder input ``z``."""
+        up = 2 ** sum(1 for m in self.modules() if isinstance(m, Resample) and m.mode.startswith("up"))
+        width = cast(CausalConv3d, self.head[2]).in_channels
+        return z.shape[0] * width * z.shape[3] * up * z.shape[4] * up
 
 
 class Encoder22(Encoder):
