@@ -39,8 +39,8 @@ ROWS: list[tuple[str, dict, dict]] = [
     *_cache_rows(),
     ("attention int8", {"attention": "int8"}, {}),
     ("skiparse osp13", {"skiparse": "osp13"}, {}),
-    # SUV's default profile has 7 U-shaped stages; the 3-block demo DiT gets dense / 1:2 sparse / dense
-    ("skiparse suv (1,2,1)", {"skiparse": "suv", "suv_profile": (1, 2, 1), "suv_stage_blocks": (1, 1, 1)}, {}),
+    # SUV's default profile has 7 U-shaped stages; the 4-block demo DiT gets dense / 1:2 sparse x2 / dense
+    ("skiparse suv (1,2,1)", {"skiparse": "suv", "suv_profile": (1, 2, 1), "suv_stage_blocks": (1, 2, 1)}, {}),
     ("fp8 weights, upcast", {"weights": "fp8_scaled", "gemm": "upcast"}, {}),
     ("fp8 weights, scaled_mm", {"weights": "fp8_scaled", "gemm": "scaled_mm"}, {}),
     ("bf16 DiT", {"dtype": torch.bfloat16}, {}),

@@ -11,8 +11,9 @@ from wan_core.demo.model import DEMO_VAE
 
 
 def _tiny(**kw) -> T.DemoTrainConfig:
-    base = dict(vae_steps=2, vae_batch=1, vae_frames=(5, 9), num_clips=6, dit_steps=2, dit_batch=2, dit_warmup=1,
-                decoder_steps=1, parallel=True)
+    base = dict(vae_phases=(T.VAEPhase(steps=1, batch=1, frames=(5,), lr=1e-3),
+                            T.VAEPhase(steps=1, batch=1, frames=(5, 9), lr=5e-4, clip=1.0, object_weight=5.0)),
+                num_clips=6, dit_steps=2, dit_batch=2, dit_warmup=1, decoder_steps=1, parallel=True)
     base.update(kw)
     return T.DemoTrainConfig(**base)
 
@@ -38,11 +39,31 @@ def test_train_demo_runs_every_stage_and_resumes(tmp_path):
     assert mtimes == {f: os.path.getmtime(os.path.join(out, f)) for f in mtimes}
 
 
-def test_vae_batches_draw_their_length_from_the_config():
+def test_vae_batches_draw_their_length_from_the_phase():
     import random
 
-    cfg = _tiny(vae_batch=2, vae_frames=(5, 9, 17))
-    lengths = {T._vae_batch(random.Random(s), cfg).shape[2] for s in range(12)}
+    lengths = {T._vae_batch(random.Random(s), 2, (5, 9, 17), 32).shape[2] for s in range(12)}
     assert lengths == {5, 9, 17}
-    x = T._vae_batch(random.Random(0), _tiny(vae_batch=3, vae_frames=(5,)))
+    x = T._vae_batch(random.Random(0), 3, (5,), 32)
     assert x.shape == (3, 3, 5, 32, 32) and x.abs().max() <= 1.0 and torch.isfinite(x).all()
+
+
+def test_vae_phases_split_the_global_step():
+    cfg = T.DemoTrainConfig()
+    a, b = cfg.vae_phases
+    assert cfg.vae_steps == a.steps + b.steps
+    assert cfg.vae_phase(0) == (a, 0) and cfg.vae_phase(a.steps - 1) == (a, a.steps - 1)
+    assert cfg.vae_phase(a.steps) == (b, 0)
+
+
+def test_object_pixels_weigh_more_in_the_reconstruction_loss():
+    x = torch.full((1, 3, 1, 4, 4), 0.1)
+    x[..., 0, 0] = torch.tensor([1.0, -1.0, -1.0]).view(1, 3, 1)  # one red (saturated) pixel
+    y_obj, y_bg = x.clone(), x.clone()
+    y_obj[..., 0, 0] += 0.5
+    y_bg[..., 3, 3] += 0.5
+    plain = [T.reconstruction_loss(y, x)[0] for y in (y_obj, y_bg)]
+    assert torch.isclose(plain[0], plain[1])
+    weighted = [T.reconstruction_loss(y, x, object_weight=5.0)[0] for y in (y_obj, y_bg)]
+    assert weighted[0] > 4 * weighted[1]
+    assert T.reconstruction_loss(y_obj, x, 5.0)[1] == T.reconstruction_loss(y_obj, x)[1]  # the MSE is plain
