@@ -177,10 +177,13 @@ def test_conditioning_latent_decodes_back_to_the_image():
         condition = image_condition(vae, big.clamp(0, 1), 64, 64, 9)  # resized 96 -> 64 on the way
         z = latent_format.from_model(condition.image_latent[:, 4:])
         decoded = vae.decode(z)[0, :, 0]
+        # the VAE's own round trip of the frame: what the conditioning can reach at best
+        direct = vae.decode(vae.encode(video[None, :, :1]))[0, :, 0]
     target = video[:, 0]
-    value = psnr(decoded, target)
-    print(f"first-frame PSNR of the conditioning latent (demo VAE, 96->64 px resize): {value:.1f} dB")
-    assert value > 24
+    value, best = psnr(decoded, target), psnr(direct, target)
+    print(f"first-frame PSNR of the conditioning latent (demo VAE, 96->64 px resize): {value:.1f} dB "
+          f"(the VAE's own round trip: {best:.1f} dB)")
+    assert value > 18 and value > best - 1.5  # a wrong normalisation or channel order lands far below both
 
 
 def test_errors_before_sampling(models):
