@@ -207,6 +207,34 @@ def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     return psnr_of_mse(float(torch.mean((a.float() - b.float()) ** 2)))
 
 
+def _reconstruction_step(model, x: torch.Tensor, opt, params, noise: float, object_weight: float, clip: float,
+                         train_encoder: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step of VAE reconstruction on ``x``; returns the detached (loss, MSE). The latent gets
+    noise of ``noise`` times its std, so the decoder tolerates small latent errors."""
+    with torch.set_grad_enabled(train_encoder):
+        z = model.encode_chunk(x, None)
+    z = z + noise * z.detach().std() * torch.randn_like(z)
+    y = model.decoder(model.conv2(z))
+    loss, mse = reconstruction_loss(y, x, object_weight)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, clip)
+    opt.step()
+    return loss.detach(), mse.detach()
+
+
+def _after_step(out: str, stage: str, bar, step: int, total: int, loss: torch.Tensor, mse: torch.Tensor, model,
+                opt, ckpt: str) -> None:
+    """Progress bar, a log line every 50 steps and a resumable checkpoint every 250."""
+    bar.update(1)
+    bar.set_postfix(psnr=f"{psnr_of_mse(float(mse)):.1f}")
+    if step % 50 == 0 or step == total - 1:
+        _log(out, stage=stage, step=step, loss=float(loss), mse=float(mse), psnr=round(psnr_of_mse(float(mse)), 2))
+    if (step + 1) % 250 == 0:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt + ".tmp")
+        os.replace(ckpt + ".tmp", ckpt)
+
+
 def stage_vae(out: str, cfg: DemoTrainConfig) -> None:
     from tqdm.auto import tqdm
 
@@ -238,29 +266,16 @@ def stage_vae(out: str, cfg: DemoTrainConfig) -> None:
     model.train()
     with autograd_safe_vae():
         bar = tqdm(total=cfg.vae_steps, initial=start, desc="vae", dynamic_ncols=True)
+        params = list(model.parameters())
         for step in range(start, cfg.vae_steps):
             phase, k = cfg.vae_phase(step)
             rng = random.Random(cfg.seed * 1_000_003 + step)
             x = _vae_batch(rng, phase.batch, phase.frames, cfg.vae_crop)
             for g in opt.param_groups:
                 g["lr"] = _lr(k, phase.steps, phase.lr)
-            z = model.encode_chunk(x, None)
-            z = z + cfg.vae_latent_noise * z.detach().std() * torch.randn_like(z)  # tolerate small latent errors
-            y = model.decoder(model.conv2(z))
-            loss, mse = reconstruction_loss(y, x, phase.object_weight)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            mse, loss = mse.detach(), loss.detach()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), phase.clip)
-            opt.step()
-            bar.update(1)
-            bar.set_postfix(psnr=f"{psnr_of_mse(float(mse)):.1f}")
-            if step % 50 == 0 or step == cfg.vae_steps - 1:
-                _log(out, stage="vae", step=step, loss=float(loss), mse=float(mse),
-                     psnr=round(psnr_of_mse(float(mse)), 2))
-            if (step + 1) % 250 == 0:
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt + ".tmp")
-                os.replace(ckpt + ".tmp", ckpt)
+            loss, mse = _reconstruction_step(model, x, opt, params, cfg.vae_latent_noise,
+                                             phase.object_weight, phase.clip, train_encoder=True)
+            _after_step(out, "vae", bar, step, cfg.vae_steps, loss, mse, model, opt, ckpt)
         bar.close()
     model.eval()
     whiten_latents_(model)
@@ -437,23 +452,9 @@ def stage_vae_decoder(out: str, cfg: DemoTrainConfig) -> None:
             x = _vae_batch(rng, 2, (17,), cfg.vae_crop)
             for g in opt.param_groups:
                 g["lr"] = _lr(step, cfg.decoder_steps, cfg.decoder_lr, warmup=50)
-            with torch.no_grad():
-                z = model.encode_chunk(x, None)
-            y = model.decoder(model.conv2(z + cfg.vae_latent_noise * z.std() * torch.randn_like(z)))
-            loss, mse = reconstruction_loss(y, x, cfg.decoder_object_weight)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            mse, loss = mse.detach(), loss.detach()
-            torch.nn.utils.clip_grad_norm_(params, 5.0)
-            opt.step()
-            bar.update(1)
-            bar.set_postfix(psnr=f"{psnr_of_mse(float(mse)):.1f}")
-            if step % 50 == 0 or step == cfg.decoder_steps - 1:
-                _log(out, stage="vae_decoder", step=step, loss=float(loss), mse=float(mse),
-                     psnr=round(psnr_of_mse(float(mse)), 2))
-            if (step + 1) % 250 == 0:
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt + ".tmp")
-                os.replace(ckpt + ".tmp", ckpt)
+            loss, mse = _reconstruction_step(model, x, opt, params, cfg.vae_latent_noise,
+                                             cfg.decoder_object_weight, 5.0, train_encoder=False)
+            _after_step(out, "vae_decoder", bar, step, cfg.decoder_steps, loss, mse, model, opt, ckpt)
         bar.close()
     model.eval()
     _save(model.state_dict(), path)
