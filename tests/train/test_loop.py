@@ -141,3 +141,42 @@ def test_spike_stops_and_resume_skips_the_bad_batch(tmp_path):
     assert result.step == 3 and result.data_step == 4
     assert sorted(ds.served) == sorted(plan[3][0]) and bad not in ds.served   # data step 3, not 2
     assert read_spike_marker(os.path.join(str(tmp_path), SPIKE_MARKER_NAME)) is None   # passed: cleared
+
+
+def test_ema_is_the_moving_average_of_the_steps_parameters():
+    ds = LatentSet([(1, 4, 4), (2, 4, 4)], repeats=2)
+    model = tiny_dit()
+    init = {k: p.detach().double().clone() for k, p in model.named_parameters()}
+    seen = []
+
+    def record():  # called after every optimizer step: the trajectory the average is taken over
+        seen.append({k: p.detach().double().clone() for k, p in model.named_parameters()})
+        return False
+
+    decay = 0.8
+    result = train(model, ds, TrainConfig(max_steps=12, batch_size=2, lr=1e-2, progress=False, ema_decay=decay),
+                   interrupt=record)
+    ref = dict(init)
+    for n, params in enumerate(seen):  # float64 reference of the documented warm-up rule
+        d = min(decay, (1 + n) / (10 + n))
+        ref = {k: d * ref[k] + (1 - d) * params[k] for k in ref}
+    assert set(result.ema) == set(ref)
+    for k in ref:
+        torch.testing.assert_close(result.ema[k].double(), ref[k], rtol=1e-5, atol=1e-6)
+    moved = [k for k in ref if not torch.allclose(ref[k], seen[-1][k])]
+    assert moved  # the average is not the last weights
+    assert train(tiny_dit(), ds, TrainConfig(max_steps=2, batch_size=2, progress=False)).ema is None
+
+
+def test_ema_resumes_from_the_checkpoint(tmp_path):
+    ds = LatentSet([(1, 4, 4), (2, 4, 4)], repeats=2)
+    base = dict(max_steps=8, batch_size=2, lr=2e-3, progress=False, keep_last=0, ema_decay=0.9)
+    ref = train(tiny_dit(), ds, TrainConfig(**base))
+    stops = iter(range(1, 100))
+    part = train(tiny_dit(), ds, TrainConfig(**base, checkpoint_dir=str(tmp_path)),
+                 interrupt=lambda: next(stops) == 5)
+    assert part.interrupted and "ema.safetensors" in os.listdir(part.checkpoint)
+    rest = train(tiny_dit(seed=3), ds, TrainConfig(**base, checkpoint_dir=str(tmp_path)), resume="latest")
+    assert all(torch.equal(ref.ema[k], rest.ema[k]) for k in ref.ema)
+    with pytest.raises(ValueError, match="ema_decay"):
+        TrainConfig(max_steps=1, ema_decay=1.0)

@@ -25,9 +25,10 @@ from .loss import flow_matching_loss
 
 __all__ = ["TrainConfig", "TrainResult", "train", "collate_latents", "evaluation_loss", "learning_rate",
            "latest_checkpoint", "save_checkpoint", "load_checkpoint", "SPIKE_MARKER_NAME", "CHECKPOINT_MARKER",
-           "CheckpointFolderError", "is_saved_checkpoint"]
+           "CheckpointFolderError", "is_saved_checkpoint", "load_ema"]
 
 SPIKE_MARKER_NAME = "spike_marker.json"
+EMA_FILE = "ema.safetensors"
 _CKPT_RE = re.compile(r"^step_(\d+)$")
 
 
@@ -40,8 +41,11 @@ class TrainConfig:
     lr_schedule: "constant" or "cosine" (from lr down to lr * min_lr_ratio at max_steps), after a linear
     warmup of ``warmup_steps``; the rate is a pure function of the step, so resuming needs no state.
     checkpoint_every: save every N optimizer steps (0: only at the end / on interrupt); ``keep_last``
-    checkpoints are kept (0: all). clip_*: :class:`AdaptiveGradClipper` settings (``adaptive_clip=False``
-    disables clipping). grad_accum: micro-batches per optimizer step (the loss is averaged over them).
+    checkpoints are kept (0: all). ema_decay: keep an exponential moving average of the parameters (0: off),
+    updated after every optimizer step n with decay ``min(ema_decay, (1 + n) / (10 + n))`` so the random
+    initial weights fade fast; saved in checkpoints and returned as ``TrainResult.ema``.
+    clip_*: :class:`AdaptiveGradClipper` settings (``adaptive_clip=False`` disables clipping). grad_accum:
+    micro-batches per optimizer step (the loss is averaged over them).
     """
 
     max_steps: int
@@ -69,6 +73,7 @@ class TrainConfig:
     keep_last: int = 2
     num_workers: int = 0
     progress: bool = True
+    ema_decay: float = 0.0
 
     def __post_init__(self):
         if self.lr_schedule not in ("constant", "cosine"):
@@ -77,13 +82,16 @@ class TrainConfig:
             raise ValueError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
         if self.max_steps < 0 or self.batch_size < 1 or self.grad_accum < 1:
             raise ValueError("max_steps >= 0, batch_size >= 1 and grad_accum >= 1 are required")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1) (0: no average), got {self.ema_decay}")
 
 
 @dataclass
 class TrainResult:
     """``step``: optimizer steps done in total; ``data_step``: position in the data stream (optimizer-step
     units; larger than ``step`` after a spike skip); per-step lists for the steps run in this call;
-    ``interrupted``: stopped by the interrupt callable; ``checkpoint``: last directory written."""
+    ``interrupted``: stopped by the interrupt callable; ``checkpoint``: last directory written; ``ema``:
+    the parameters' moving average (``{name: fp32 tensor}``, parameters only) when ``ema_decay > 0``."""
 
     step: int
     data_step: int
@@ -92,6 +100,7 @@ class TrainResult:
     clip_status: List[str] = field(default_factory=list)
     interrupted: bool = False
     checkpoint: Optional[str] = None
+    ema: Optional[dict] = None
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -195,15 +204,16 @@ def is_saved_checkpoint(directory: str) -> bool:
             and os.path.isfile(os.path.join(directory, CHECKPOINT_MARKER)))
 
 
-def save_checkpoint(directory: str, model, optimizer, state: dict) -> str:
-    """Write ``model.safetensors``, ``optimizer.pt`` and ``trainer_state.json`` atomically into ``directory``.
+def save_checkpoint(directory: str, model, optimizer, state: dict, ema: Optional[dict] = None) -> str:
+    """Write ``model.safetensors``, ``optimizer.pt``, ``trainer_state.json`` (and ``ema.safetensors`` when an
+    ``ema`` dict is given) atomically into ``directory``.
 
     The files are written into a fresh temporary folder beside ``directory`` and renamed into place. An
     existing ``directory`` is replaced only if it is a checkpoint this function wrote (it holds
     ``CHECKPOINT_MARKER``) or an empty folder; anything else raises ``CheckpointFolderError`` and is left as
     it is, so a mistyped path can never delete someone's data.
     """
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file, save_model
 
     directory = os.path.normpath(os.fspath(directory))
     if os.path.lexists(directory):
@@ -214,6 +224,8 @@ def save_checkpoint(directory: str, model, optimizer, state: dict) -> str:
     try:
         save_model(_unwrap(model), os.path.join(tmp, "model.safetensors"))
         torch.save(optimizer.state_dict(), os.path.join(tmp, "optimizer.pt"))
+        if ema is not None:
+            save_file({k: v.detach().contiguous() for k, v in ema.items()}, os.path.join(tmp, EMA_FILE))
         with open(os.path.join(tmp, "trainer_state.json"), "w", encoding="utf-8") as f:
             json.dump(state, f, indent=1)
         with open(os.path.join(tmp, CHECKPOINT_MARKER), "w", encoding="utf-8") as f:
@@ -269,6 +281,14 @@ def load_checkpoint(directory: str, model, optimizer=None, device=None) -> dict:
         optimizer.load_state_dict(opt_state)
     with open(os.path.join(directory, "trainer_state.json"), "r", encoding="utf-8") as f:
         return json.load(f)
+
+
+def load_ema(directory: str) -> Optional[dict]:
+    """The parameter average ``ema.safetensors`` of a checkpoint written by :func:`save_checkpoint`, or None."""
+    from safetensors.torch import load_file
+
+    path = os.path.join(directory, EMA_FILE)
+    return load_file(path) if os.path.exists(path) else None
 
 
 def latest_checkpoint(checkpoint_dir: Optional[str]) -> Optional[str]:
@@ -361,6 +381,7 @@ def train(
                           f"with {world}: the data order differs from an uninterrupted run", stacklevel=2)
         if clipper is not None and state.get("clipper") is not None:
             clipper.load_state_dict(state["clipper"])
+    ema = _start_ema(model, ckpt, step) if cfg.ema_decay > 0 else None
     marker = read_spike_marker(marker_path) if (marker_path and resume) else None
     if marker is not None and marker.get("resume_data_step") is not None:
         data_step = max(data_step, int(marker["resume_data_step"]))
@@ -409,7 +430,7 @@ def train(
                 "step": step, "data_step": data_step,
                 "clipper": clipper.state_dict() if clipper is not None else None,
                 "config": {k: v for k, v in asdict(cfg).items()}, "world_size": world,
-            })
+            }, ema=ema)
             _prune(cfg.checkpoint_dir, cfg.keep_last)
             m = read_spike_marker(marker_path) if marker_path else None
             if m is not None and m.get("resume_data_step") is not None and m["resume_data_step"] <= data_step:
@@ -449,6 +470,8 @@ def train(
                                              "which would stop with a resumable marker, is off)")
                 norm, status = float("nan"), "off"
             optimizer.step()
+            if ema is not None:
+                _update_ema(ema, model, step, cfg.ema_decay)
             step += 1
             data_step += 1
             result.losses.append(step_loss)
@@ -469,6 +492,29 @@ def train(
     finally:
         bar.close()
     result.step, result.data_step = step, data_step
+    result.ema = ema
     if saved_at[0] != step:
         result.checkpoint = checkpoint_now()
     return result
+
+
+def _start_ema(model, ckpt: Optional[str], step: int) -> dict:
+    """The average to continue: the checkpoint's, or (fresh run, or a checkpoint saved without one) the
+    current parameters."""
+    params = dict(_unwrap(model).named_parameters())
+    saved = load_ema(ckpt) if ckpt is not None else None
+    if saved is not None:
+        if set(saved) != set(params):
+            raise RuntimeError(f"checkpoint {ckpt!r}: {EMA_FILE} does not fit the model (parameter names differ)")
+        return {k: saved[k].to(device=params[k].device, dtype=torch.float32) for k in params}
+    if ckpt is not None and step > 0:
+        warnings.warn(f"checkpoint {ckpt!r} has no {EMA_FILE}; the parameter average restarts from its weights",
+                      stacklevel=3)
+    return {k: p.detach().to(torch.float32).clone() for k, p in params.items()}
+
+
+@torch.no_grad()
+def _update_ema(ema: dict, model, step: int, decay: float) -> None:
+    d = min(decay, (1.0 + step) / (10.0 + step))
+    for name, p in _unwrap(model).named_parameters():
+        ema[name].lerp_(p.detach().to(torch.float32), 1.0 - d)
