@@ -3,6 +3,7 @@ stage runs in its own process beside the DiT stage, and a second run resumes ins
 import json
 import os
 
+import pytest
 import torch
 
 from wan_core import load_dit, load_text_encoder, load_vae
@@ -67,3 +68,40 @@ def test_object_pixels_weigh_more_in_the_reconstruction_loss():
     weighted = [T.reconstruction_loss(y, x, object_weight=5.0)[0] for y in (y_obj, y_bg)]
     assert weighted[0] > 4 * weighted[1]
     assert T.reconstruction_loss(y_obj, x, 5.0)[1] == T.reconstruction_loss(y_obj, x)[1]  # the MSE is plain
+
+
+def test_object_coverage_counts_object_pixels_per_latent_cell():
+    from wan_core.demo import data as D
+
+    spec = D.clip_spec(7, width=64, height=64, frames=17)
+    video = D.render(spec)
+    cov = T.latent_object_coverage(video)
+    assert cov.shape == (5, 8, 8) and float(cov.min()) >= 0.0 and float(cov.max()) <= 1.0
+    obj = (video.amax(0) - video.amin(0)) > 0.6                      # [17, 64, 64] object pixels
+    assert 0 < int(obj[0].sum()) < 64 * 64 // 2
+    # latent frame 0 <- video frame 0; latent frame f <- any of video frames 4f-3 .. 4f
+    groups = [obj[:1]] + [obj[4 * f - 3: 4 * f + 1] for f in range(1, 5)]
+    for f, g in enumerate(groups):
+        assert float(cov[f].sum()) * 64 == pytest.approx(float(g.any(0).sum()), abs=1e-3)
+        cx, cy = spec.objects[0].centre(0 if f == 0 else 4 * f)
+        assert float(cov[f, int(min(cy, 63)) // 8, int(min(cx, 63)) // 8]) > 0.2  # the centre's cell
+    with pytest.raises(ValueError, match="1 \\+ 4n frames"):
+        T.latent_object_coverage(video[:, :16])
+
+
+def test_object_weights_follow_the_stored_latent_order():
+    from wan_core.demo import data as D
+
+    seeds = D.training_seeds(12)
+    specs = [D.clip_spec(s) for s in seeds]
+    assert len({(s.frames, s.height, s.width) for s in specs}) > 1  # the stored order differs from the seeds'
+    stored = [s for g in T._shape_groups(specs).values() for s in g]
+    blob = {"seeds": seeds, "latents": [torch.zeros(16, (s.frames - 1) // 4 + 1, s.height // 8, s.width // 8)
+                                        for s in stored]}
+    weights = T.object_loss_weights(blob, 5.0)
+    for spec, w in zip(stored, weights):
+        assert torch.equal(w, 1.0 + 4.0 * T.latent_object_coverage(D.render(spec))[None])
+    assert any(float(w.max()) > 3.0 for w in weights) and all(float(w.min()) == 1.0 for w in weights)
+    blob["latents"][0] = torch.zeros(16, 1, 2, 2)
+    with pytest.raises(RuntimeError, match="delete latents.pt"):
+        T.object_loss_weights(blob, 5.0)

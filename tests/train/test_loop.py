@@ -180,3 +180,43 @@ def test_ema_resumes_from_the_checkpoint(tmp_path):
     assert all(torch.equal(ref.ema[k], rest.ema[k]) for k in ref.ema)
     with pytest.raises(ValueError, match="ema_decay"):
         TrainConfig(max_steps=1, ema_decay=1.0)
+
+
+
+def test_loss_weights_from_the_dataset_reach_the_loss():
+    from wan_core.train.loop import _micro_generator
+    from wan_core.train.loss import flow_matching_loss
+
+    class Weighted(Dataset):
+        shapes = [(2, 4, 4)]
+
+        def __init__(self, weight):
+            g = torch.Generator().manual_seed(1)
+            self.item = {"latent": torch.randn(16, 2, 4, 4, generator=g),
+                         "context": torch.randn(5, TEXT_DIM, generator=g), "weight": weight}
+
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            return self.item
+
+    weight = torch.ones(1, 2, 4, 4)
+    weight[:, 1, :2] = 9.0                                                # one corner of frame 1 counts 9x
+    ds = Weighted(weight)
+    cfg = TrainConfig(max_steps=1, batch_size=1, lr=1e-3, progress=False, seed=5)
+    model = tiny_dit()
+    before = tiny_dit()                                                   # same init: the first step's loss
+    result = train(model, ds, cfg)
+    item = ds[0]
+    with torch.no_grad():
+        expect = flow_matching_loss(before, item["latent"][None], item["context"][None],
+                                    generator=_micro_generator(5, 0, 0, 1), weight=weight[None])
+        unweighted = flow_matching_loss(before, item["latent"][None], item["context"][None],
+                                        generator=_micro_generator(5, 0, 0, 1))
+    assert result.losses[0] == pytest.approx(float(expect), rel=1e-5)
+    assert abs(float(expect) - float(unweighted)) > 1e-4 * float(unweighted)
+    lat, ctx, w = collate_latents([item, item])
+    assert lat.shape == (2, 16, 2, 4, 4) and ctx.shape == (2, 5, TEXT_DIM) and w.shape == (2, 1, 2, 4, 4)
+    with pytest.raises(ValueError, match="loss weight"):
+        collate_latents([item, {"latent": item["latent"], "context": item["context"]}])

@@ -49,6 +49,28 @@ def test_loss_equals_hand_computation():
     assert float(loss) == pytest.approx(report / 4, rel=1e-6)
 
 
+
+def test_weighted_loss_is_the_weighted_mean_of_the_squared_errors():
+    g = torch.Generator().manual_seed(0)
+    data, noise = torch.randn(2, 3, 2, 2, 2, generator=g), torch.randn(2, 3, 2, 2, 2, generator=g)
+    t = torch.tensor([0.3, 0.8])
+    weight = torch.rand(2, 1, 2, 2, 2, generator=g) * 4 + 0.5   # one weight per position, shared by the channels
+
+    def model(x, timestep, context):
+        return 0.7 * x - (timestep / 1000.0).view(-1, 1, 1, 1, 1)
+
+    loss = flow_matching_loss(model, data, noise=noise, t=t, weight=weight)
+    d, n, tt, w = data.double(), noise.double(), t.double().view(-1, 1, 1, 1, 1), weight.double()
+    err2 = (0.7 * (tt * d + (1 - tt) * n) - (1 - tt) - (n - d)) ** 2
+    ref = (w * err2).sum() / (w.expand_as(err2)).sum()                 # float64, written out
+    assert float(loss) == pytest.approx(float(ref), rel=1e-5)
+    plain = flow_matching_loss(model, data, noise=noise, t=t)
+    assert float(flow_matching_loss(model, data, noise=noise, t=t, weight=torch.ones(2, 1, 2, 2, 2))) == \
+        pytest.approx(float(plain), rel=1e-6)
+    assert abs(float(loss) - float(plain)) > 1e-3                       # the weights changed the value
+    with pytest.raises(ValueError, match=r"does not broadcast.*\[B, 1, F, H, W\]"):
+        flow_matching_loss(model, data, noise=noise, t=t, weight=torch.ones(2, 1, 3, 2, 2))
+
 def test_batch_matches_sampler_convention():
     g = torch.Generator().manual_seed(0)
     data, noise = torch.randn(3, 4, 2, generator=g), torch.randn(3, 4, 2, generator=g)

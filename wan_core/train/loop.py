@@ -105,34 +105,47 @@ class TrainResult:
 
 # ------------------------------------------------------------------------------------------------------
 def collate_latents(items: Sequence):
-    """Collate dataset items ``(latent [C,F,H,W], context)`` or ``{"latent":..., "context":...}``.
+    """Collate dataset items ``(latent [C,F,H,W], context)`` or ``{"latent":..., "context":..., "weight":...}``.
 
     Returns (latents [B,C,F,H,W], context) with context [B,L,D] if all share a shape, else a list of
-    [L_i, D] tensors (the DiT accepts both), or None.
+    [L_i, D] tensors (the DiT accepts both), or None; when the items carry a ``weight`` (a per-element loss
+    weight broadcastable to the latent, e.g. [1, F, H, W]), (latents, context, weights [B, ...]).
     """
-    lat, ctx = [], []
+    lat, ctx, wts = [], [], []
     for it in items:
         if isinstance(it, dict):
             lat.append(it["latent"])
             ctx.append(it.get("context"))
+            wts.append(it.get("weight"))
         elif isinstance(it, (tuple, list)):
             lat.append(it[0])
             ctx.append(it[1] if len(it) > 1 else None)
+            wts.append(None)
         else:
             lat.append(it)
             ctx.append(None)
+            wts.append(None)
     shapes = {tuple(x.shape) for x in lat}
     if len(shapes) != 1:
         raise ValueError(f"a batch mixes latent shapes {sorted(shapes)}; use the BucketSampler")
     latents = torch.stack(lat)
+    context = _collate_context(ctx)
+    if all(w is None for w in wts):
+        return latents, context
+    if any(w is None for w in wts):
+        raise ValueError("some items have a loss weight and others do not")
+    return latents, context, torch.stack(wts)
+
+
+def _collate_context(ctx: list):
     present = [c for c in ctx if c is not None]
     if not present:
-        return latents, None
+        return None
     if len(present) != len(ctx):
         raise ValueError("some items have a context and others do not")
     if len({tuple(c.shape) for c in present}) == 1:
-        return latents, torch.stack(present)
-    return latents, present
+        return torch.stack(present)
+    return present
 
 
 def _dataset_shapes(dataset) -> list:
@@ -330,8 +343,9 @@ def train(
 ) -> TrainResult:
     """Train ``model(x [B,C,F,H,W], timestep [B] on 0..1000, context) -> v`` with the flow-matching loss.
 
-    dataset[i] -> ``(latent [C,F,H,W], context [L,D] or None)`` or a dict with those keys; latents are the
-    normalised latents the model sees. shapes: per-item bucket keys (default ``dataset.shapes`` or read
+    dataset[i] -> ``(latent [C,F,H,W], context [L,D] or None)`` or a dict with those keys (and optionally
+    ``weight``, per-element loss weights, see ``flow_matching_loss``); latents are the normalised latents the
+    model sees. shapes: per-item bucket keys (default ``dataset.shapes`` or read
     from the items). resume: None (fresh), "latest" (newest ``step_N`` in ``config.checkpoint_dir``, fresh
     if none) or a checkpoint directory; a spike marker in ``checkpoint_dir`` moves the data position past
     the bad batch. interrupt: called after every optimizer step; True (on any rank) saves a checkpoint
@@ -450,15 +464,17 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             step_loss = 0.0
             for j in range(cfg.grad_accum):
-                latents, context = next(stream)
+                latents, context, *weight = next(stream)  # a third entry: per-element loss weights
                 latents, context = _to(latents, device), _to(context, device)
+                w = _to(weight[0], device) if weight else None
                 gen = _micro_generator(cfg.seed, data_step * cfg.grad_accum + j, rank, world)
                 sync = (j == cfg.grad_accum - 1) or not hasattr(model, "no_sync")
                 # no_sync exists on the DDP wrapper the caller may pass; nn.Module does not declare it
                 with (contextlib.nullcontext() if sync else cast(Any, model).no_sync()):
                     with autocast():
                         loss = flow_matching_loss(model, latents, context, mean=cfg.timestep_mean,
-                                                  std=cfg.timestep_std, shift=cfg.timestep_shift, generator=gen)
+                                                  std=cfg.timestep_std, shift=cfg.timestep_shift, generator=gen,
+                                                  weight=w)
                     (loss / cfg.grad_accum).backward()
                 step_loss += float(loss.detach()) / cfg.grad_accum
             if clipper is not None:

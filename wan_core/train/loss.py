@@ -130,6 +130,7 @@ def flow_matching_loss(
     shift: float = 1.0,
     generator: Optional[torch.Generator] = None,
     return_batch: bool = False,
+    weight: Optional[torch.Tensor] = None,
 ):
     """Flow-matching MSE for a velocity model ``model(x [B,C,F,H,W], timestep [B] on 0..1000, context)``.
 
@@ -139,6 +140,12 @@ def flow_matching_loss(
     ``mean((model(x_t, 1000*(1-t), context) - (noise - data))**2)``
     (equal to the report's ``||u - (x1 - x0)||^2`` with ``u = -model``), and the
     :class:`FlowMatchingBatch` too if ``return_batch``.
+
+    weight: optional per-element weights broadcastable to ``data`` (e.g. ``[B, 1, F, H, W]``); the loss is then
+    the weighted mean ``sum(w * err**2) / sum(w)`` over the broadcast shape. Weights that depend on the clip
+    (more weight where its objects are) tilt the learned velocity towards those regions: the minimiser becomes
+    ``E[w v | x_t] / E[w | x_t]`` rather than ``E[v | x_t]``; a way to make small objects count, not an unbiased
+    objective.
     """
     if noise is None:
         noise = torch.randn(data.shape, generator=generator, dtype=torch.float32).to(data.device, data.dtype)
@@ -152,6 +159,15 @@ def flow_matching_loss(
             f"model returned {tuple(pred.shape)}, expected the input's shape {tuple(batch.target.shape)}"
         )
     dtype = torch.promote_types(torch.promote_types(pred.dtype, batch.target.dtype), torch.float32)
-    loss = torch.mean((pred.to(dtype) - batch.target.to(dtype)) ** 2)
+    err2 = (pred.to(dtype) - batch.target.to(dtype)) ** 2
+    if weight is None:
+        loss = torch.mean(err2)
+    else:
+        try:
+            w = torch.broadcast_to(weight.to(err2.device, dtype), err2.shape)
+        except RuntimeError:
+            raise ValueError(f"loss weight of shape {tuple(weight.shape)} does not broadcast to the latents' "
+                             f"{tuple(err2.shape)}; expected e.g. [B, 1, F, H, W]") from None
+        loss = torch.sum(w * err2) / torch.sum(w).clamp_min(torch.finfo(dtype).tiny)
     return (loss, batch) if return_batch else loss
 
