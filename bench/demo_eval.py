@@ -5,7 +5,11 @@ prompts with unseen seeds, 8 unseen two-object captions) at the demo defaults wi
 reports the fraction followed (colour and direction, ``wan_core.demo.score``), the single-object share, the
 DiT evaluations, the wall time, and the difference to the baseline.
 
-    python bench/demo_eval.py [--prompts 40] [--rows baseline,steps10,...] [--threads 2] [--json out.json]
+    python bench/demo_eval.py [--prompts 40] [--seeds 3] [--rows baseline,steps10,...] [--threads 2] [--json out.json]
+
+Every row uses the same prompt/seed pairs, so differences between rows are paired; one seed per prompt (40
+pairs) still moves the baseline by about 7 points from one set of seeds to another: ``--seeds 3`` (120 pairs)
+for a score to compare with another model.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import time
 import torch
 
 from wan_core.demo import builtin_paths
-from wan_core.demo.data import HELD_OUT
+from wan_core.demo.data import HELD_OUT, held_out
 from wan_core.demo.evaluate import run_prompts, vae_psnr
 from wan_core.demo.model import DEMO_DEFAULTS
 
@@ -54,13 +58,14 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=len(HELD_OUT), help="first N held-out prompts")
+    ap.add_argument("--seeds", type=int, default=1, help="generation seeds per prompt (data.held_out)")
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    pairs = HELD_OUT[: args.prompts]
+    pairs = tuple(pair for k, pair in enumerate(held_out(args.seeds)) if k % len(HELD_OUT) < args.prompts)
     paths = builtin_paths()
     vae = load_vae(paths["vae"], dtype=torch.float32)
     te = load_text_encoder(paths["text_encoder"], dtype=torch.float32)

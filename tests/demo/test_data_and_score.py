@@ -47,6 +47,16 @@ def test_held_out_set_is_disjoint_from_training():
     assert len(singles) == len(D.COLOURS) * len(D.SHAPES) * len(D.DIRECTIONS)
 
 
+def test_more_held_out_seeds_stay_outside_training_and_keep_the_first_set():
+    pairs = D.held_out(3)
+    assert pairs[: len(D.HELD_OUT)] == D.HELD_OUT and len(pairs) == 3 * len(D.HELD_OUT)
+    assert len({s for _, s in pairs}) == len(pairs)                     # every pair its own seed
+    assert min(s for _, s in pairs) >= D.TRAIN_SEED_LIMIT
+    assert [p for p, _ in pairs[len(D.HELD_OUT):2 * len(D.HELD_OUT)]] == [p for p, _ in D.HELD_OUT]
+    with pytest.raises(ValueError, match="seeds_per_prompt"):
+        D.held_out(0)
+
+
 def test_parse_caption_rejects_other_text_with_the_valid_words():
     with pytest.raises(ValueError, match="unknown colour 'purple'"):
         D.parse_caption("a purple circle moving left")

@@ -14,7 +14,8 @@ from wan_core.demo.model import DEMO_VAE
 def _tiny(**kw) -> T.DemoTrainConfig:
     base = dict(vae_phases=(T.VAEPhase(steps=1, batch=1, frames=(5,), lr=1e-3),
                             T.VAEPhase(steps=1, batch=1, frames=(5, 9), lr=5e-4, clip=1.0, object_weight=5.0)),
-                num_clips=6, dit_steps=2, dit_batch=2, dit_warmup=1, decoder_steps=1, parallel=True)
+                num_clips=6, dit_steps=2, dit_batch=2, dit_warmup=1, decoder_steps=1, parallel=True,
+                dit_object_weight=5.0, dit_ema_decay=0.9)  # the optional recipe parts run too
     base.update(kw)
     return T.DemoTrainConfig(**base)
 

@@ -116,6 +116,15 @@ HELD_OUT: tuple[tuple[str, int], ...] = tuple(
 two-object captions that never occur in training."""
 
 
+def held_out(seeds_per_prompt: int = 1) -> tuple[tuple[str, int], ...]:
+    """:data:`HELD_OUT` with each prompt also at ``seeds_per_prompt - 1`` more generation seeds (offsets of
+    100,000, all outside the training range): one seed per prompt scores to +-7 points (40 pairs), three to
+    +-4."""
+    if seeds_per_prompt < 1:
+        raise ValueError(f"seeds_per_prompt must be >= 1, got {seeds_per_prompt}")
+    return tuple((p, s + 100_000 * k) for k in range(seeds_per_prompt) for p, s in HELD_OUT)
+
+
 # ---------------------------------------------------------------------------------------------- sampling
 def _pick(rng: random.Random, values, weights):
     return rng.choices(values, weights=weights, k=1)[0]
@@ -221,5 +230,5 @@ def make_clip(seed: int, **kwargs) -> tuple[torch.Tensor, str]:
 
 
 __all__ = ["COLOURS", "SHAPES", "DIRECTIONS", "SIZES", "FRAME_COUNTS", "HELD_OUT", "HELD_OUT_TWO_OBJECT",
-           "TRAIN_SEED_LIMIT", "MovingObject", "ClipSpec", "clip_spec", "caption_of", "parse_caption",
+           "held_out", "TRAIN_SEED_LIMIT", "MovingObject", "ClipSpec", "clip_spec", "caption_of", "parse_caption",
            "render", "make_clip", "training_seeds", "training_spec"]

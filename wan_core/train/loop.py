@@ -132,9 +132,10 @@ def collate_latents(items: Sequence):
     context = _collate_context(ctx)
     if all(w is None for w in wts):
         return latents, context
-    if any(w is None for w in wts):
+    present = [w for w in wts if w is not None]
+    if len(present) != len(wts):
         raise ValueError("some items have a loss weight and others do not")
-    return latents, context, torch.stack(wts)
+    return latents, context, torch.stack(present)
 
 
 def _collate_context(ctx: list):
