@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 
@@ -72,7 +73,9 @@ def main() -> int:
     psnr = vae_psnr(vae)
     print(f"VAE reconstruction (held-out 64x64x17): untiled {psnr['untiled_db']} dB, tiled "
           f"({psnr['tile_latents']}-latent tiles) {psnr['tiled_db']} dB", flush=True)
-    wanted = {r.strip() for r in args.rows.split(",") if r.strip()}
+    # row names hold commas themselves ("fp8 weights, upcast", "skiparse suv (1,2,1)"): split only on a comma
+    # that is neither inside parentheses nor followed by a space
+    wanted = {r.strip() for r in re.split(r",(?![^(]*\))(?! )", args.rows) if r.strip()}
     results = []
     base = None
     print(f"{len(pairs)} held-out prompts, demo defaults {DEMO_DEFAULTS}", flush=True)
