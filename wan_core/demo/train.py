@@ -189,6 +189,12 @@ def _lr(step: int, total: int, peak: float, warmup: int = 100, floor: float = 0.
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(p, 1.0))))
 
 
+def object_pixels(x: torch.Tensor, channel_dim: int) -> torch.Tensor:
+    """Bool mask of the saturated (object) pixels of ``x`` in [-1, 1], the channel dim kept with size 1: the
+    detector's saturation threshold (0.3 in [0, 1] units); the backgrounds never pass it."""
+    return (x.amax(channel_dim, keepdim=True) - x.amin(channel_dim, keepdim=True)) > 0.6
+
+
 def reconstruction_loss(y: torch.Tensor, x: torch.Tensor,
                         object_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, plain MSE) of a reconstruction ``y`` of ``x`` [B, 3, T, H, W] in [-1, 1]: MSE + 0.1 L1, each pixel
@@ -197,7 +203,7 @@ def reconstruction_loss(y: torch.Tensor, x: torch.Tensor,
     mse = torch.mean(err ** 2)
     if object_weight == 1.0:
         return mse + 0.1 * torch.mean(err.abs()), mse
-    sat = (x.amax(1, keepdim=True) - x.amin(1, keepdim=True)) > 0.6  # 0.3 in [0, 1] units, as the detector
+    sat = object_pixels(x, 1)
     w = 1.0 + (object_weight - 1.0) * sat.float()
     w = w / w.mean()
     return torch.mean(w * (err ** 2 + 0.1 * err.abs())), mse
@@ -362,9 +368,9 @@ def _shape_groups(specs) -> dict[tuple, list]:
 def latent_object_coverage(video: torch.Tensor, temporal: int = 4, spatial: int = 8) -> torch.Tensor:
     """Fraction of each latent cell's pixels that belong to an object: ``video`` [3, T, H, W] in [-1, 1] ->
     ``[F, H/8, W/8]`` in [0, 1], T = 1 + 4 (F - 1). Latent frame 0 covers video frame 0 and frame f > 0 covers
-    frames 4f-3 .. 4f (the causal VAE's grouping); a pixel counts if it is an object in any of them. Objects
-    are the saturated colours (the detector's threshold); the backgrounds never are."""
-    sat = (video.amax(0) - video.amin(0)) > 0.6  # [T, H, W]; 0.3 in [0, 1] units
+    frames 4f-3 .. 4f (the causal VAE's grouping); a pixel counts if it is an object (``object_pixels``) in any
+    of them."""
+    sat = object_pixels(video, 0)[0]  # [T, H, W]
     t = sat.shape[0]
     if (t - 1) % temporal:
         raise ValueError(f"expected 1 + {temporal}n frames, got {t}")

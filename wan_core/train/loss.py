@@ -147,6 +147,14 @@ def flow_matching_loss(
     ``E[w v | x_t] / E[w | x_t]`` rather than ``E[v | x_t]``; a way to make small objects count, not an unbiased
     objective.
     """
+    if weight is not None:  # before the model runs: a wrong shape costs no forward pass
+        try:
+            ok = torch.broadcast_shapes(tuple(weight.shape), tuple(data.shape)) == tuple(data.shape)
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"loss weight of shape {tuple(weight.shape)} does not broadcast to the latents' "
+                             f"{tuple(data.shape)}; expected e.g. [B, 1, F, H, W]")
     if noise is None:
         noise = torch.randn(data.shape, generator=generator, dtype=torch.float32).to(data.device, data.dtype)
     if t is None:
@@ -163,11 +171,7 @@ def flow_matching_loss(
     if weight is None:
         loss = torch.mean(err2)
     else:
-        try:
-            w = torch.broadcast_to(weight.to(err2.device, dtype), err2.shape)
-        except RuntimeError:
-            raise ValueError(f"loss weight of shape {tuple(weight.shape)} does not broadcast to the latents' "
-                             f"{tuple(err2.shape)}; expected e.g. [B, 1, F, H, W]") from None
+        w = torch.broadcast_to(weight.to(err2.device, dtype), err2.shape)
         loss = torch.sum(w * err2) / torch.sum(w).clamp_min(torch.finfo(dtype).tiny)
     return (loss, batch) if return_batch else loss
 
