@@ -106,3 +106,19 @@ def test_object_weights_follow_the_stored_latent_order():
     blob["latents"][0] = torch.zeros(16, 1, 2, 2)
     with pytest.raises(RuntimeError, match="delete latents.pt"):
         T.object_loss_weights(blob, 5.0)
+
+
+def test_dit_takes_the_threads_once_the_decoder_process_is_done(tmp_path):
+    hook = T._ThreadsWhenAlone(str(tmp_path), threads=2)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # as run() sets it while the decoder's process shares the machine
+        assert hook() is False and torch.get_num_threads() == 1
+        (tmp_path / "vae_decoder_done.json").write_text("{}")
+        assert hook() is False and torch.get_num_threads() == 2  # never an interrupt, now two threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_stages_that_run_alone_use_up_to_two_cores():
+    assert T.DemoTrainConfig().threads == min(2, os.cpu_count() or 1)

@@ -27,7 +27,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -64,7 +64,9 @@ class DemoTrainConfig:
     vae_crop: int = 32
     vae_latent_noise: float = 0.02  # latent noise std, relative to the batch's latent std
     num_clips: int = 4000  # 800 left the DiT memorising positions (10 % of held-out prompts followed)
-    dit_steps: int = 5000
+    # 7,000 (on the shipped VAE's latents: 30.8 % of 120 held-out prompt/seed pairs followed, 5,000: 24.2 %) fits
+    # the hour on 2 cores because the DiT takes both once the decoder's process is done (_ThreadsWhenAlone)
+    dit_steps: int = 7000
     dit_batch: int = 8
     dit_lr: float = 4e-4
     dit_warmup: int = 100
@@ -80,7 +82,9 @@ class DemoTrainConfig:
     decoder_lr: float = 5e-4
     decoder_object_weight: float = 5.0
     seed: int = 0
-    threads: int = 1  # for the stages that run alone (1-3); the DiT and decoder stages take one each
+    # threads of the stages that run alone (1-3, and the DiT once the decoder's process is done); the DiT and
+    # decoder stages take one each while they share the machine
+    threads: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
     parallel: bool = True  # the decoder fine-tune in a second process beside the DiT stage
 
     @property
@@ -450,7 +454,7 @@ def stage_dit(out: str, cfg: DemoTrainConfig) -> None:
             model.head.head.weight.zero_()
             model.head.head.bias.zero_()
         try:
-            result = train(model, dataset, tcfg, resume="latest")
+            result = train(model, dataset, tcfg, resume="latest", interrupt=_ThreadsWhenAlone(out, cfg.threads))
             break
         except GradientSpikeError as e:
             print(f"train-demo: {str(e).splitlines()[0][:160]}; resuming (attempt {attempt + 2})", file=sys.stderr)
@@ -472,6 +476,23 @@ def stage_dit(out: str, cfg: DemoTrainConfig) -> None:
                        "final_loss_mean_last_200": sum(tail) / max(len(tail), 1),
                        "params": sum(p.numel() for p in model.parameters()),
                        "clipped": sum(s == "clipped" for s in result.clip_status)})
+
+
+class _ThreadsWhenAlone:
+    """Called by ``train`` after every optimizer step (as its ``interrupt``; it never stops training): while the
+    decoder stage's process shares the machine the DiT keeps its one thread, and once that stage has written its
+    done file the DiT takes ``threads`` (measured on 2 cores: 4.9 optimizer steps/s against 3.0 with one)."""
+
+    def __init__(self, out: str, threads: int):
+        self.done = os.path.join(out, "vae_decoder_done.json")
+        self.threads = threads
+        self.alone = False
+
+    def __call__(self) -> bool:
+        if not self.alone and torch.get_num_threads() < self.threads and os.path.exists(self.done):
+            torch.set_num_threads(self.threads)
+            self.alone = True
+        return False
 
 
 # ----------------------------------------------------------------------------------------- 5. VAE decoder
