@@ -22,7 +22,9 @@ def _tiny(**kw) -> T.DemoTrainConfig:
 
 def test_train_demo_runs_every_stage_and_resumes(tmp_path):
     out = str(tmp_path / "run")
-    summary = T.run(out, _tiny())
+    threads = torch.get_num_threads()
+    summary = T.run(out, _tiny(threads=3))
+    assert torch.get_num_threads() == threads  # the caller's thread count comes back
     for key in ("text_encoder", "vae", "latents", "dit", "vae_decoder"):
         assert key in summary, key
     assert summary["dit"]["steps"] == 2 and summary["vae_decoder"]["steps"] == 1
