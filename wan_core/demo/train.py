@@ -64,8 +64,9 @@ class DemoTrainConfig:
     vae_crop: int = 32
     vae_latent_noise: float = 0.02  # latent noise std, relative to the batch's latent std
     num_clips: int = 4000  # 800 left the DiT memorising positions (10 % of held-out prompts followed)
-    # 7,000 (on the shipped VAE's latents: 30.8 % of 120 held-out prompt/seed pairs followed, 5,000: 24.2 %) fits
-    # the hour on 2 cores because the DiT takes both once the decoder's process is done (_ThreadsWhenAlone)
+    # 7,000 (from scratch: 36.7 % of 120 held-out prompt/seed pairs followed; on the 2026-12-01 run's latents 30.8 %,
+    # where its 5,000 made 24.2 %) fits the hour on 2 cores because the DiT takes both once the decoder's process
+    # is done (_ThreadsWhenAlone)
     dit_steps: int = 7000
     dit_batch: int = 8
     # 1e-3 and 2e-3 lowered the loss (object weights 5, 3,000 steps: 0.285 / 0.278 against 0.311) but followed
