@@ -6,6 +6,7 @@ reports the fraction followed (colour and direction, ``wan_core.demo.score``), t
 DiT evaluations, the wall time, and the difference to the baseline.
 
     python bench/demo_eval.py [--prompts 40] [--seeds 3] [--rows baseline,steps10,...] [--threads 2] [--json out.json]
+                              [--dir DIR]   # a train-demo output folder instead of the built-in files
 
 Every row uses the same prompt/seed pairs, so differences between rows are paired; one seed per prompt (40
 pairs) still moves the baseline by about 7 points from one set of seeds to another: ``--seeds 3`` (120 pairs)
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -63,11 +65,17 @@ def main() -> int:
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--dir", default=None, help="score the model in this train-demo output folder (default: built-in)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     pairs = tuple(pair for k, pair in enumerate(held_out(args.seeds)) if k % len(HELD_OUT) < args.prompts)
     paths = builtin_paths()
+    if args.dir:
+        paths = {name: os.path.join(args.dir, os.path.basename(path)) for name, path in paths.items()}
+        missing = [p for p in paths.values() if not os.path.exists(p)]
+        if missing:
+            ap.error(f"--dir {args.dir}: missing {', '.join(missing)} (has train-demo finished there?)")
     vae = load_vae(paths["vae"], dtype=torch.float32)
     te = load_text_encoder(paths["text_encoder"], dtype=torch.float32)
     psnr = vae_psnr(vae)

@@ -15,7 +15,7 @@ def _tiny(**kw) -> T.DemoTrainConfig:
     base = dict(vae_phases=(T.VAEPhase(steps=1, batch=1, frames=(5,), lr=1e-3),
                             T.VAEPhase(steps=1, batch=1, frames=(5, 9), lr=5e-4, clip=1.0, object_weight=5.0)),
                 num_clips=6, dit_steps=2, dit_batch=2, dit_warmup=1, decoder_steps=1, parallel=True,
-                dit_object_weight=5.0, dit_ema_decay=0.9)  # the optional recipe parts run too
+                dit_object_weight=5.0, dit_ema_decay=0.9, dit_precision="bf16")  # the optional recipe parts run too
     base.update(kw)
     return T.DemoTrainConfig(**base)
 
@@ -28,6 +28,7 @@ def test_train_demo_runs_every_stage_and_resumes(tmp_path):
     for key in ("text_encoder", "vae", "latents", "dit", "vae_decoder"):
         assert key in summary, key
     assert summary["dit"]["steps"] == 2 and summary["vae_decoder"]["steps"] == 1
+    assert summary["dit"]["precision"] == "bf16"
     dit = load_dit(os.path.join(out, "dit.safetensors"))
     assert dit.config.text_len == 32
     vae = load_vae(os.path.join(out, "vae.safetensors"))
@@ -124,3 +125,39 @@ def test_dit_takes_the_threads_once_the_decoder_process_is_done(tmp_path):
 
 def test_stages_that_run_alone_use_up_to_two_cores():
     assert T.DemoTrainConfig().threads == min(2, os.cpu_count() or 1)
+
+
+def test_dit_precision_auto_follows_the_cpu(monkeypatch):
+    monkeypatch.setattr(T, "native_bf16", lambda: True)
+    assert T.dit_precision(T.DemoTrainConfig()) == "bf16"
+    monkeypatch.setattr(T, "native_bf16", lambda: False)
+    assert T.dit_precision(T.DemoTrainConfig()) == "fp32"
+    assert T.dit_precision(T.DemoTrainConfig(dit_precision="bf16")) == "bf16"  # an explicit choice stays
+    with pytest.raises(ValueError, match="dit_precision"):
+        T.DemoTrainConfig(dit_precision="fp16")
+
+
+def test_native_bf16_reads_torchs_cpu_checks(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert T.native_bf16() is False
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert T.native_bf16() is True
+
+
+def test_command_line_flags_reach_the_recipe(monkeypatch, tmp_path):
+    import argparse
+
+    seen = []
+
+    def fake_run(out, cfg):
+        seen.append(cfg)
+        return {}
+
+    monkeypatch.setattr(T, "run", fake_run)
+    ap = argparse.ArgumentParser()
+    T.add_arguments(ap)
+    T.main(ap.parse_args(["--out", str(tmp_path), "--precision", "fp32", "--dit-steps", "7"]))
+    T.main(ap.parse_args(["--out", str(tmp_path)]))
+    assert (seen[0].dit_precision, seen[0].dit_steps) == ("fp32", 7)
+    assert (seen[1].dit_precision, seen[1].dit_steps) == ("auto", T.DemoTrainConfig().dit_steps)

@@ -63,11 +63,12 @@ class DemoTrainConfig:
     )
     vae_crop: int = 32
     vae_latent_noise: float = 0.02  # latent noise std, relative to the batch's latent std
-    num_clips: int = 4000  # 800 left the DiT memorising positions (10 % of held-out prompts followed)
-    # 7,000 (from scratch: 36.7 % of 120 held-out prompt/seed pairs followed; on the 2026-12-01 run's latents 30.8 %,
-    # where its 5,000 made 24.2 %) fits the hour on 2 cores because the DiT takes both once the decoder's process
-    # is done (_ThreadsWhenAlone)
-    dit_steps: int = 7000
+    # 800 left the DiT memorising positions (10 % of held-out prompts followed); 8,000 keep the 20,000 DiT steps
+    # below at 20 passes over the data (4,000 clips at 7,000 steps: 14)
+    num_clips: int = 8000
+    # the score grew with the clips the DiT saw (batch 8: 3,000 steps 12.5 %, 5,000 24.2 %, 7,000 36.7 % of 120
+    # held-out prompt/seed pairs); 20,000 fit the hour on a 2-core Zen 4 with bf16 (docs/demo_model.md)
+    dit_steps: int = 20000
     dit_batch: int = 8
     # 1e-3 and 2e-3 lowered the loss (object weights 5, 3,000 steps: 0.285 / 0.278 against 0.311) but followed
     # 10.8 / 12.5 % of 120 held-out pairs against 21.7 % (docs/demo_model.md): the loss does not rank recipes here
@@ -80,6 +81,10 @@ class DemoTrainConfig:
     dit_object_weight: float = 1.0
     dit_timestep_shift: float = 1.0  # shift 3 (more high-noise draws) scored the same at 3,000 steps
     dit_ema_decay: float = 0.0  # a 0.999 parameter average scored the same as the last weights
+    # "auto": bf16 autocast (weights and optimizer state stay fp32) where the CPU multiplies bf16 natively
+    # (AVX512-BF16 or AMX: 1.8x the fp32 steps/s of this DiT on a 2-core Zen 4), fp32 elsewhere (AVX2 machines
+    # run bf16 several times slower than fp32)
+    dit_precision: str = "auto"
     caption_dropout: float = 0.1
     decoder_steps: int = 1500  # decoder-only fine-tune beside the DiT (the latent space stays fixed)
     decoder_lr: float = 5e-4
@@ -89,6 +94,10 @@ class DemoTrainConfig:
     # decoder stages take one each while they share the machine
     threads: int = field(default_factory=lambda: min(2, os.cpu_count() or 1))
     parallel: bool = True  # the decoder fine-tune in a second process beside the DiT stage
+
+    def __post_init__(self):
+        if self.dit_precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"dit_precision must be 'auto', 'fp32' or 'bf16', got {self.dit_precision!r}")
 
     @property
     def vae_steps(self) -> int:
@@ -101,6 +110,20 @@ class DemoTrainConfig:
                 return phase, step
             step -= phase.steps
         raise IndexError(step)
+
+
+def native_bf16() -> bool:
+    """Whether this CPU has bf16 matrix instructions (AVX512-BF16 or AMX), where bf16 autocast is the fast path."""
+    cpu = getattr(torch, "cpu", None)
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+
+
+def dit_precision(cfg: DemoTrainConfig) -> str:
+    """The DiT stage's training precision: ``cfg.dit_precision`` with "auto" resolved for this CPU."""
+    if cfg.dit_precision != "auto":
+        return cfg.dit_precision
+    return "bf16" if native_bf16() else "fp32"
 
 
 def _log(out: str, **record) -> None:
@@ -444,7 +467,7 @@ def stage_dit(out: str, cfg: DemoTrainConfig) -> None:
     tcfg = TrainConfig(max_steps=cfg.dit_steps, batch_size=cfg.dit_batch, lr=cfg.dit_lr,
                        warmup_steps=cfg.dit_warmup, lr_schedule="cosine", min_lr_ratio=0.05, seed=cfg.seed,
                        clip_extreme_floor=cfg.dit_spike_floor, timestep_shift=cfg.dit_timestep_shift,
-                       ema_decay=cfg.dit_ema_decay,
+                       ema_decay=cfg.dit_ema_decay, precision=dit_precision(cfg),
                        checkpoint_dir=os.path.join(out, "dit_ckpt"), checkpoint_every=200, keep_last=2)
     t0 = time.time()
     for attempt in range(10):
@@ -475,7 +498,7 @@ def stage_dit(out: str, cfg: DemoTrainConfig) -> None:
         state.update(result.ema)
     _save(state, path, metadata={"wan_text_len": str(DEMO_DIT.text_len)})
     tail = result.losses[-200:]
-    _summary(out, dit={"steps": result.step, "wall_s_last_run": round(time.time() - t0, 1),
+    _summary(out, dit={"steps": result.step, "precision": tcfg.precision, "wall_s_last_run": round(time.time() - t0, 1),
                        "final_loss_mean_last_200": sum(tail) / max(len(tail), 1),
                        "params": sum(p.numel() for p in model.parameters()),
                        "clipped": sum(s == "clipped" for s in result.clip_status)})
@@ -611,6 +634,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output folder (run the same command again to resume)")
     for flag in ("--vae-steps", "--dit-steps", "--decoder-steps", "--clips", "--threads"):
         p.add_argument(flag, type=int, default=None, help="default: the shipped run's value")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=None,
+                   help="the DiT stage's precision (default auto: bf16 autocast where the CPU has bf16 instructions)")
 
 
 def main(args) -> int:
@@ -623,7 +648,8 @@ def main(args) -> int:
         phases = tuple(replace(p, steps=max(1, round(args.vae_steps * p.steps / d.vae_steps))) for p in phases)
     cfg = DemoTrainConfig(vae_phases=phases, dit_steps=args.dit_steps or d.dit_steps,
                           decoder_steps=getattr(args, "decoder_steps", None) or d.decoder_steps,
-                          num_clips=args.clips or d.num_clips, threads=args.threads or d.threads)
+                          num_clips=args.clips or d.num_clips, threads=args.threads or d.threads,
+                          dit_precision=getattr(args, "precision", None) or d.dit_precision)
     summary = run(args.out, cfg)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=1), file=sys.stderr)
     return 0
