@@ -161,3 +161,36 @@ def test_command_line_flags_reach_the_recipe(monkeypatch, tmp_path):
     T.main(ap.parse_args(["--out", str(tmp_path)]))
     assert (seen[0].dit_precision, seen[0].dit_steps) == ("fp32", 7)
     assert (seen[1].dit_precision, seen[1].dit_steps) == ("auto", T.DemoTrainConfig().dit_steps)
+
+
+def test_an_interrupted_vae_stage_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    monkeypatch.setattr(T, "CHECKPOINT_EVERY", 2)
+    cfg = _tiny(vae_phases=(T.VAEPhase(steps=2, batch=1, frames=(5,), lr=1e-3),
+                            T.VAEPhase(steps=2, batch=1, frames=(5,), lr=5e-4, clip=1.0)))
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    os.makedirs(a)
+    os.makedirs(b)
+    real = T._after_step
+
+    def stop_after_the_first_checkpoint(out, stage, bar, step, *rest):
+        real(out, stage, bar, step, *rest)
+        if step == 1:
+            raise KeyboardInterrupt
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: the same sums in the same order in both runs
+    try:
+        T.stage_vae(a, cfg)
+        monkeypatch.setattr(T, "_after_step", stop_after_the_first_checkpoint)
+        with pytest.raises(KeyboardInterrupt):
+            T.stage_vae(b, cfg)
+        assert not os.path.exists(os.path.join(b, "vae.safetensors"))
+        monkeypatch.setattr(T, "_after_step", real)
+        T.stage_vae(b, cfg)  # resumes from the step-2 checkpoint
+    finally:
+        torch.set_num_threads(threads)
+    wa, wb = load_file(os.path.join(a, "vae.safetensors")), load_file(os.path.join(b, "vae.safetensors"))
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)  # the latent noise of steps 2-3 is what run a drew

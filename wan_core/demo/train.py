@@ -249,13 +249,19 @@ def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     return psnr_of_mse(float(torch.mean((a.float() - b.float()) ** 2)))
 
 
+def _noise_generator(seed: int, step: int) -> torch.Generator:
+    """The latent noise of one VAE step: a pure function of the step, so a resumed stage draws what an
+    uninterrupted one would have (torch's global stream is not in the checkpoint)."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
 def _reconstruction_step(model, x: torch.Tensor, opt, params, noise: float, object_weight: float, clip: float,
-                         train_encoder: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                         train_encoder: bool, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimizer step of VAE reconstruction on ``x``; returns the detached (loss, MSE). The latent gets
-    noise of ``noise`` times its std, so the decoder tolerates small latent errors."""
+    noise of ``noise`` times its std (drawn from ``gen``), so the decoder tolerates small latent errors."""
     with torch.set_grad_enabled(train_encoder):
         z = model.encode_chunk(x, None)
-    z = z + noise * z.detach().std() * torch.randn_like(z)
+    z = z + noise * z.detach().std() * torch.randn(z.shape, generator=gen, dtype=z.dtype)
     y = model.decoder(model.conv2(z))
     loss, mse = reconstruction_loss(y, x, object_weight)
     opt.zero_grad(set_to_none=True)
@@ -265,6 +271,9 @@ def _reconstruction_step(model, x: torch.Tensor, opt, params, noise: float, obje
     return loss.detach(), mse.detach()
 
 
+CHECKPOINT_EVERY = 250  # VAE and decoder stages: optimizer steps between resumable checkpoints
+
+
 def _after_step(out: str, stage: str, bar, step: int, total: int, loss: torch.Tensor, mse: torch.Tensor, model,
                 opt, ckpt: str) -> None:
     """Progress bar, a log line every 50 steps and a resumable checkpoint every 250."""
@@ -272,7 +281,7 @@ def _after_step(out: str, stage: str, bar, step: int, total: int, loss: torch.Te
     bar.set_postfix(psnr=f"{psnr_of_mse(float(mse)):.1f}")
     if step % 50 == 0 or step == total - 1:
         _log(out, stage=stage, step=step, loss=float(loss), mse=float(mse), psnr=round(psnr_of_mse(float(mse)), 2))
-    if (step + 1) % 250 == 0:
+    if (step + 1) % CHECKPOINT_EVERY == 0:
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt + ".tmp")
         os.replace(ckpt + ".tmp", ckpt)
 
@@ -315,8 +324,8 @@ def stage_vae(out: str, cfg: DemoTrainConfig) -> None:
             x = _vae_batch(rng, phase.batch, phase.frames, cfg.vae_crop)
             for g in opt.param_groups:
                 g["lr"] = _lr(k, phase.steps, phase.lr)
-            loss, mse = _reconstruction_step(model, x, opt, params, cfg.vae_latent_noise,
-                                             phase.object_weight, phase.clip, train_encoder=True)
+            loss, mse = _reconstruction_step(model, x, opt, params, cfg.vae_latent_noise, phase.object_weight,
+                                             phase.clip, train_encoder=True, gen=_noise_generator(cfg.seed + 7, step))
             _after_step(out, "vae", bar, step, cfg.vae_steps, loss, mse, model, opt, ckpt)
         bar.close()
     model.eval()
@@ -547,7 +556,6 @@ def stage_vae_decoder(out: str, cfg: DemoTrainConfig) -> None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"]
-    torch.manual_seed((cfg.seed + 6) * 1_000_003 + start)  # the latent noise: reproducible in its own process
     t0 = time.time()
     model.train()
     with autograd_safe_vae():
@@ -557,8 +565,8 @@ def stage_vae_decoder(out: str, cfg: DemoTrainConfig) -> None:
             x = _vae_batch(rng, 2, (17,), cfg.vae_crop)
             for g in opt.param_groups:
                 g["lr"] = _lr(step, cfg.decoder_steps, cfg.decoder_lr, warmup=50)
-            loss, mse = _reconstruction_step(model, x, opt, params, cfg.vae_latent_noise,
-                                             cfg.decoder_object_weight, 5.0, train_encoder=False)
+            loss, mse = _reconstruction_step(model, x, opt, params, cfg.vae_latent_noise, cfg.decoder_object_weight,
+                                             5.0, train_encoder=False, gen=_noise_generator(cfg.seed + 6, step))
             _after_step(out, "vae_decoder", bar, step, cfg.decoder_steps, loss, mse, model, opt, ckpt)
         bar.close()
     model.eval()
