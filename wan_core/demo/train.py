@@ -1,6 +1,6 @@
 """Train the built-in demo model: ``python -m wan_core train-demo --out DIR``.
 
-Four resumable stages, each skipped when its output exists in ``DIR``:
+Five resumable stages, each skipped when its output exists in ``DIR``:
 
 1. ``text_encoder.safetensors``: a SentencePiece tokenizer trained on the caption vocabulary (embedded as
    ``spiece_model``) and a tiny umT5 encoder (``transformers`` code, as the real one) left at its seeded
@@ -67,7 +67,8 @@ class DemoTrainConfig:
     # below at 20 passes over the data (4,000 clips at 7,000 steps: 14)
     num_clips: int = 8000
     # the score grew with the clips the DiT saw (batch 8: 3,000 steps 12.5 %, 5,000 24.2 %, 7,000 36.7 % of 120
-    # held-out prompt/seed pairs); 20,000 fit the hour on a 2-core Zen 4 with bf16 (docs/demo_model.md)
+    # held-out prompt/seed pairs); 20,000 (77.5 %) fit the hour on a 2-core Zen 4 with bf16; a CPU without bf16
+    # instructions needs about 1 h 40 min for the command, --dit-steps 7000 keeps it in the hour (docs/demo_model.md)
     dit_steps: int = 20000
     dit_batch: int = 8
     # 1e-3 and 2e-3 lowered the loss (object weights 5, 3,000 steps: 0.285 / 0.278 against 0.311) but followed
@@ -276,7 +277,7 @@ CHECKPOINT_EVERY = 250  # VAE and decoder stages: optimizer steps between resuma
 
 def _after_step(out: str, stage: str, bar, step: int, total: int, loss: torch.Tensor, mse: torch.Tensor, model,
                 opt, ckpt: str) -> None:
-    """Progress bar, a log line every 50 steps and a resumable checkpoint every 250."""
+    """Progress bar, a log line every 50 steps and a resumable checkpoint every ``CHECKPOINT_EVERY``."""
     bar.update(1)
     bar.set_postfix(psnr=f"{psnr_of_mse(float(mse)):.1f}")
     if step % 50 == 0 or step == total - 1:
