@@ -67,8 +67,8 @@ class DemoTrainConfig:
     # below at 20 passes over the data (4,000 clips at 7,000 steps: 14)
     num_clips: int = 8000
     # the score grew with the clips the DiT saw (batch 8: 3,000 steps 12.5 %, 5,000 24.2 %, 7,000 36.7 % of 120
-    # held-out prompt/seed pairs); 20,000 (77.5 %) fit the hour on a 2-core Zen 4 with bf16; a CPU without bf16
-    # instructions needs about 1 h 40 min for the command, --dit-steps 7000 keeps it in the hour (docs/demo_model.md)
+    # held-out prompt/seed pairs); 20,000 (77.5 %; 30,000: 73.3 %) fit the hour on a 2-core Zen 4 with bf16;
+    # without bf16 instructions the command takes about 1 h 40 min, --dit-steps 7000 keeps the hour (docs/demo_model.md)
     dit_steps: int = 20000
     dit_batch: int = 8
     # 1e-3 and 2e-3 lowered the loss (object weights 5, 3,000 steps: 0.285 / 0.278 against 0.311) but followed
