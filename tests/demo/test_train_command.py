@@ -29,6 +29,7 @@ def test_train_demo_runs_every_stage_and_resumes(tmp_path):
         assert key in summary, key
     assert summary["dit"]["steps"] == 2 and summary["vae_decoder"]["steps"] == 1
     assert summary["dit"]["precision"] == "bf16"
+    assert summary["text_encoder"]["trained"] is False  # the recipe keeps the encoder frozen
     dit = load_dit(os.path.join(out, "dit.safetensors"))
     assert dit.config.text_len == 32
     vae = load_vae(os.path.join(out, "vae.safetensors"))
@@ -42,6 +43,54 @@ def test_train_demo_runs_every_stage_and_resumes(tmp_path):
     mtimes = {f: os.path.getmtime(os.path.join(out, f)) for f in ("dit.safetensors", "vae.safetensors")}
     T.run(out, _tiny())
     assert mtimes == {f: os.path.getmtime(os.path.join(out, f)) for f in mtimes}
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_the_text_encoder_trains_with_the_dit_unless_told_not_to(tmp_path, joint):
+    out, init = str(tmp_path / "run"), str(tmp_path / "init")
+    cfg = _tiny(train_text_encoder=joint, vae_phases=(T.VAEPhase(steps=1, batch=1, frames=(5,), lr=1e-3),),
+                dit_ema_decay=0.0, dit_object_weight=1.0, decoder_steps=0, parallel=False, dit_precision="fp32")
+    summary = T.run(out, cfg)
+    os.makedirs(init)
+    T.stage_text_encoder(init, cfg)  # what stage 1 wrote before the DiT stage
+    from safetensors.torch import load_file
+
+    trained, first = (load_file(os.path.join(d, "text_encoder.safetensors")) for d in (out, init))
+    assert trained.keys() == first.keys() and "spiece_model" in trained
+    assert torch.equal(trained["spiece_model"], first["spiece_model"])  # the tokenizer is kept
+    changed = [k for k in first if k != "spiece_model" and not torch.equal(trained[k], first[k])]
+    assert summary["text_encoder"]["trained"] is joint
+    if joint:
+        assert "shared.weight" in changed and any("relative_attention_bias" in k for k in changed), changed
+    else:
+        assert changed == []
+    load_text_encoder(os.path.join(out, "text_encoder.safetensors"))  # the public loader reads it
+
+
+def test_training_conditioning_matches_the_pipelines():
+    """The joint model's (token ids -> masked encoder states -> DiT) equals the DiT on ``TextEncoder.encode``'s
+    per-prompt states, so what trained is what generates; gradients reach the encoder."""
+    from wan_core.demo import builtin_paths
+
+    paths = builtin_paths()
+    te = load_text_encoder(paths["text_encoder"], cache_size=0)
+    dit = load_dit(paths["dit"]).float()
+    prompts = ["a red circle moving left and a blue square moving up", "a green square moving down", ""]
+    ids = T.token_contexts(te, prompts, dit.config.text_len)
+    assert all(v.shape == (32,) for v in ids.values())
+    assert int((ids[prompts[1]] != te.tokenizer.pad_id).sum()) == len(te.tokenizer.token_ids(prompts[1], 512))
+    joint = T.TextConditionedDiT(dit, te.model, te.tokenizer.pad_id)
+    x = torch.randn(3, 16, 2, 4, 4, generator=torch.Generator().manual_seed(0))
+    t = torch.tensor([900.0, 500.0, 100.0])
+    with torch.no_grad():
+        want = dit(x, t, te.encode(prompts))
+        got = joint(x, t, torch.stack([ids[p] for p in prompts]))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    te.model.requires_grad_(True)
+    joint(x, t, torch.stack([ids[p] for p in prompts])).square().mean().backward()
+    assert te.model.shared.weight.grad is not None and float(te.model.shared.weight.grad.abs().sum()) > 0
+    with pytest.raises(ValueError, match="text_len 4"):
+        T.token_contexts(te, prompts[:1], 4)
 
 
 def test_vae_batches_draw_their_length_from_the_phase():
