@@ -31,7 +31,7 @@ CACHES = ("off", "exact", "wan", "teacache", "magcache", "easycache")  # wan_cor
 # them equal without importing torch here).
 TINY_DEFAULTS = {"width": 64, "height": 64, "frames": 9, "steps": 4, "guidance": 5.0, "shift": 5.0, "fps": 16}
 FULL_DEFAULTS = {"width": 832, "height": 480, "frames": 81, "steps": 50, "guidance": 5.0, "shift": 5.0, "fps": 16}
-DEMO_DEFAULTS = {"width": 64, "height": 64, "frames": 17, "steps": 20, "guidance": 4.0, "shift": 3.0, "fps": 8,
+DEMO_DEFAULTS = {"width": 64, "height": 64, "frames": 17, "steps": 20, "guidance": 6.0, "shift": 3.0, "fps": 8,
                  "negative_prompt": ""}
 PRESETS = ("demo", "tiny-random")
 # Accepted ranges (inclusive) besides the sizes (wan_core.estimate.SIZE_LIMITS): seeds as ComfyUI's seed widgets
@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--frames", type=int, default=None, help="4n+1, up to 2001 (default 81)")
     s.add_argument("--steps", type=int, default=None, help="1 to 1000 (default 50)")
     s.add_argument("--guidance", type=float, default=None,
-                   help="classifier-free guidance; 1 = no negative pass (default 5.0; demo 4.0)")
+                   help="classifier-free guidance; 1 = no negative pass (default 5.0; demo 6.0)")
     s.add_argument("--shift", type=float, default=None,
                    help="time shift; 1.3B users often use 8-12 (default 5.0; demo 3.0)")
     s.add_argument("--solver", choices=list(SOLVERS), default="unipc", help="flow-matching solver")

@@ -461,7 +461,7 @@ def demo_workflow() -> Workflow:
     return Workflow("t2v_demo", "## WanCore: try it without downloading anything\n"
                     "The built-in demo model (*wancore-demo (built-in)* in each loader: a small Wan 2.1 DiT, VAE "
                     "and umT5 trained on coloured circles and squares moving left, right, up or down) at its own "
-                    "settings: 64x64, 17 frames, 20 UniPC steps, guidance 4, shift 3, 8 fps. It runs on a CPU in "
+                    "settings: 64x64, 17 frames, 20 UniPC steps, guidance 6, shift 3, 8 fps. It runs on a CPU in "
                     "well under two minutes. Prompts it knows: \"a <red|green|blue|yellow> <circle|square> moving "
                     "<left|right|up|down>\", optionally \"and\" a second object; see docs/demo_model.md.\n", [
         Node(1, "WanCoreModelLoader", {"model_name": DEMO}),
@@ -470,7 +470,7 @@ def demo_workflow() -> Workflow:
         Node(4, "WanCoreTextEncode", {"positive": "a blue square moving right", "negative": ""},
              {"text_encoder": (2, 0)}, color=POSITIVE),
         Node(5, "WanCoreEmptyLatent", {"width": 64, "height": 64, "frames": 17, "batch_size": 1}),
-        _sampler({"seed": 1, "steps": 20, "guidance": 4.0, "shift": 3.0}),
+        _sampler({"seed": 1, "steps": 20, "guidance": 6.0, "shift": 3.0}),
         Node(7, "WanCoreDecode", {"tiling": "off"}, {"vae": (3, 0), "samples": (6, 0)}),
         Node(8, "CreateVideo", {"fps": 8.0}, {"images": (7, 0)}),
         Node(9, "SaveVideo", {"filename_prefix": "video/WanCore_demo", "format": "auto", "codec": "auto"},
