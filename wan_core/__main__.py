@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--frames", type=int, default=None, help="4n+1, up to 2001 (default 81)")
     s.add_argument("--steps", type=int, default=None, help="1 to 1000 (default 50)")
     s.add_argument("--guidance", type=float, default=None,
-                   help="classifier-free guidance; 1 = no negative pass (default 5.0; demo 6.0)")
+                   help="classifier-free guidance; 1 = no negative pass "
+                        f"(default {FULL_DEFAULTS['guidance']}; demo {DEMO_DEFAULTS['guidance']})")
     s.add_argument("--shift", type=float, default=None,
                    help="time shift; 1.3B users often use 8-12 (default 5.0; demo 3.0)")
     s.add_argument("--solver", choices=list(SOLVERS), default="unipc", help="flow-matching solver")

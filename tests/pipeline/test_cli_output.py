@@ -27,7 +27,7 @@ def test_help_is_fast_and_does_not_import_torch():
                          timeout=60, check=False)
     assert res.returncode == 0 and time.perf_counter() - t0 < 3.0  # loose: the interpreter starts too
     text = " ".join(res.stdout.split())  # argparse wraps lines
-    assert "(default 5.0; demo 4.0)" in text and "(default: unipc)" in text and "(default 16; demo 8)" in text
+    assert "(default 5.0; demo 6.0)" in text and "(default: unipc)" in text and "(default 16; demo 8)" in text
 
 
 def test_one_list_of_output_formats_and_solvers():
