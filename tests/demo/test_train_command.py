@@ -15,6 +15,7 @@ def _tiny(**kw) -> T.DemoTrainConfig:
     base = dict(vae_phases=(T.VAEPhase(steps=1, batch=1, frames=(5,), lr=1e-3),
                             T.VAEPhase(steps=1, batch=1, frames=(5, 9), lr=5e-4, clip=1.0, object_weight=5.0)),
                 num_clips=6, dit_steps=2, dit_batch=2, dit_warmup=1, decoder_steps=1, parallel=True,
+                text_grounding_steps=2,
                 dit_object_weight=5.0, dit_ema_decay=0.9, dit_precision="bf16")  # the optional recipe parts run too
     base.update(kw)
     return T.DemoTrainConfig(**base)
@@ -29,7 +30,8 @@ def test_train_demo_runs_every_stage_and_resumes(tmp_path):
         assert key in summary, key
     assert summary["dit"]["steps"] == 2 and summary["vae_decoder"]["steps"] == 1
     assert summary["dit"]["precision"] == "bf16"
-    assert summary["text_encoder"]["trained"] is False  # the recipe keeps the encoder frozen
+    assert summary["text_encoder"]["grounding"]["steps"] == 2  # pretrained in stage 1 ...
+    assert summary["text_encoder"]["trained_with_dit"] is False  # ... then frozen
     dit = load_dit(os.path.join(out, "dit.safetensors"))
     assert dit.config.text_len == 32
     vae = load_vae(os.path.join(out, "vae.safetensors"))
@@ -59,12 +61,32 @@ def test_the_text_encoder_trains_with_the_dit_unless_told_not_to(tmp_path, joint
     assert trained.keys() == first.keys() and "spiece_model" in trained
     assert torch.equal(trained["spiece_model"], first["spiece_model"])  # the tokenizer is kept
     changed = [k for k in first if k != "spiece_model" and not torch.equal(trained[k], first[k])]
-    assert summary["text_encoder"]["trained"] is joint
+    assert summary["text_encoder"]["trained_with_dit"] is joint
     if joint:
         assert "shared.weight" in changed and any("relative_attention_bias" in k for k in changed), changed
     else:
         assert changed == []
     load_text_encoder(os.path.join(out, "text_encoder.safetensors"))  # the public loader reads it
+
+
+def test_the_grounding_stage_trains_the_encoder_and_keeps_the_tokenizer(tmp_path):
+    grounded, random_init = str(tmp_path / "grounded"), str(tmp_path / "random")
+    for d, steps in ((grounded, 3), (random_init, 0)):
+        os.makedirs(d)
+        T.stage_text_encoder(d, _tiny(text_grounding_steps=steps))
+    from safetensors.torch import load_file
+
+    g, r = (load_file(os.path.join(d, "text_encoder.safetensors")) for d in (grounded, random_init))
+    assert g.keys() == r.keys() and torch.equal(g["spiece_model"], r["spiece_model"])
+    changed = {k for k in r if k != "spiece_model" and not torch.equal(g[k], r[k])}
+    assert "shared.weight" in changed and any("relative_attention_bias" in k for k in changed), changed
+    summary = json.load(open(os.path.join(grounded, "summary.json"), encoding="utf-8"))["text_encoder"]
+    assert summary["grounding"]["steps"] == 3 and 0 <= summary["grounding"]["accuracy_held_out_pairs"] <= 1
+    assert json.load(open(os.path.join(random_init, "summary.json"), encoding="utf-8"))["text_encoder"][
+        "grounding"] is None
+    assert not [f for f in os.listdir(grounded) if "init" in f]  # the scratch copy of the random init is gone
+    te = load_text_encoder(os.path.join(grounded, "text_encoder.safetensors"))  # the public loader reads it
+    assert te.encode(["a red circle moving left"])[0].shape == (6, te.config.d_model)
 
 
 def test_training_conditioning_matches_the_pipelines():
