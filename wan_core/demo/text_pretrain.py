@@ -134,6 +134,6 @@ def pretrain_grounding(te, cfg: GroundingConfig = GroundingConfig(), progress=No
     model.requires_grad_(False)
     reader.eval()
     return {"steps": cfg.steps, "final_loss": float(loss.detach()),
-            "accuracy_train_pairs": grounding_accuracy(te, reader, pairs[:400]),
+            "accuracy_train_pairs": grounding_accuracy(te, reader, pairs),
             "accuracy_train_singles": grounding_accuracy(te, reader, singles),
             "accuracy_held_out_pairs": grounding_accuracy(te, reader, list(D.HELD_OUT_TWO_OBJECT))}
