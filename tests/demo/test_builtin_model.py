@@ -38,7 +38,7 @@ def test_a_short_generation_with_the_demo_model_runs():
 
 def test_the_shipped_text_encoder_ties_each_colour_to_its_direction():
     # a reader that sees the frozen states without positions (as the DiT does) answers the held-out two-object
-    # prompts, never trained on; on the random encoder shipped before the grounding stage it answered none
+    # prompts, never trained on; on the random encoder shipped before the grounding stage it answered 1 of 8
     from wan_core.demo.text_pretrain import GroundingConfig, pretrain_grounding
 
     te = load_text_encoder(builtin_paths()["text_encoder"], dtype=torch.float32, cache_size=0)

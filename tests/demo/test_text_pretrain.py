@@ -34,7 +34,6 @@ def test_training_captions_leave_the_held_out_prompts_out():
 
 
 def test_only_a_trained_encoder_lets_a_position_free_reader_bind_colours_to_directions():
-    torch.set_num_threads(2)
     cfg = G.GroundingConfig(steps=600, seed=3)
     frozen = G.pretrain_grounding(_random_encoder(), G.GroundingConfig(steps=600, seed=3, train_encoder=False))
     te = _random_encoder()
