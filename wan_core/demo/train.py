@@ -200,8 +200,12 @@ def stage_text_encoder(out: str, cfg: DemoTrainConfig) -> None:
     spiece = train_tokenizer()
     torch.manual_seed(cfg.seed + 1)
     model = build_umt5(DEMO_TEXT_ENCODER, device="cpu")  # transformers' own initialisation, seeded
-    sd = {k: v for k, v in model.state_dict().items() if k != TIED_EMBED_KEY}
-    sd["spiece_model"] = torch.frombuffer(bytearray(spiece), dtype=torch.uint8)
+    def file_tensors(encoder) -> dict:  # the encoder's weights (tied embedding once) and the tokenizer
+        sd = {k: v for k, v in encoder.state_dict().items() if k != TIED_EMBED_KEY}
+        sd["spiece_model"] = torch.frombuffer(bytearray(spiece), dtype=torch.uint8)
+        return sd
+
+    sd = file_tensors(model)
     if cfg.text_grounding_steps <= 0:
         _save(sd, path)
         _summary(out, text_encoder={"grounding": None, "trained_with_dit": False, "spiece_pieces": len(spiece)})
@@ -219,9 +223,7 @@ def stage_text_encoder(out: str, cfg: DemoTrainConfig) -> None:
                 _log(out, stage="text_encoder", step=step, loss=loss)
 
         report = pretrain_grounding(te, GroundingConfig(steps=cfg.text_grounding_steps, seed=cfg.seed + 7), progress)
-    sd = {k: v for k, v in te.model.state_dict().items() if k != TIED_EMBED_KEY}
-    sd["spiece_model"] = torch.frombuffer(bytearray(spiece), dtype=torch.uint8)
-    _save(sd, path)
+    _save(file_tensors(te.model), path)
     _summary(out, text_encoder={"grounding": {**report, "wall_s": round(time.time() - t0, 1)},
                                 "trained_with_dit": False, "spiece_pieces": len(spiece)})
 
