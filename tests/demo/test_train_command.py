@@ -15,7 +15,7 @@ def _tiny(**kw) -> T.DemoTrainConfig:
     base = dict(vae_phases=(T.VAEPhase(steps=1, batch=1, frames=(5,), lr=1e-3),
                             T.VAEPhase(steps=1, batch=1, frames=(5, 9), lr=5e-4, clip=1.0, object_weight=5.0)),
                 num_clips=6, dit_steps=2, dit_batch=2, dit_warmup=1, decoder_steps=1, parallel=True,
-                text_grounding_steps=2,
+                text_grounding_steps=2, latent_spectrum_clips=4,
                 dit_object_weight=5.0, dit_ema_decay=0.9, dit_precision="bf16")  # the optional recipe parts run too
     base.update(kw)
     return T.DemoTrainConfig(**base)
@@ -30,6 +30,7 @@ def test_train_demo_runs_every_stage_and_resumes(tmp_path):
         assert key in summary, key
     assert summary["dit"]["steps"] == 2 and summary["vae_decoder"]["steps"] == 1
     assert summary["dit"]["precision"] == "bf16"
+    assert summary["vae"]["latent_spectrum"]["power"] == 0.5  # the spectrum map ran (shipped recipe)
     assert summary["text_encoder"]["grounding"]["steps"] == 2  # pretrained in stage 1 ...
     assert summary["text_encoder"]["trained_with_dit"] is False  # ... then frozen
     dit = load_dit(os.path.join(out, "dit.safetensors"))
