@@ -183,7 +183,9 @@ def test_conditioning_latent_decodes_back_to_the_image():
     value, best = psnr(decoded, target), psnr(direct, target)
     print(f"first-frame PSNR of the conditioning latent (demo VAE, 96->64 px resize): {value:.1f} dB "
           f"(the VAE's own round trip: {best:.1f} dB)")
-    assert value > 18 and value > best - 1.5  # a wrong normalisation or channel order lands far below both
+    # a wrong normalisation or channel order lands far below both. The floor is the shipped VAE's quality: run 7's
+    # decodes frame 0 of this clip at 15.7 dB (18.1 dB over 8 held-out clips; run 5's VAE: 22.3), docs/demo_model.md
+    assert value > 14 and value > best - 1.5
 
 
 def test_errors_before_sampling(models):

@@ -28,9 +28,9 @@ class DemoDefaults:
     height: int = 64
     frames: int = 17
     steps: int = 20
-    # 6 rather than 4, chosen on 120 validation pairs (`data.held_out(6)[120:]`, docs/demo_model.md): the shipped
-    # model follows 75.8 / 81.7 / 78.3 % of them at guidance 4 / 6 / 8 (the random-encoder model before it:
-    # 75.8 / 79.2 / 80.8 %)
+    # 6 rather than 4, chosen on 120 validation pairs (`data.held_out(6)[120:]`, docs/demo_model.md): run 5
+    # followed 75.8 / 81.7 / 78.3 % of them at guidance 4 / 6 / 8 (the random-encoder model before it:
+    # 75.8 / 79.2 / 80.8 %; not swept again for run 7, the model shipped since)
     guidance: float = 6.0
     shift: float = 3.0
     fps: int = 8
