@@ -47,7 +47,7 @@ def test_the_map_folds_into_the_vae_exactly():
     before.load_state_dict(model.state_dict())
     video, _ = D.make_clip(D.TRAIN_SEED_LIMIT + 3, width=32, height=32, frames=9)
     x = video[None]
-    summary = T.shape_latent_spectrum_(model, 0.5, clips=6)
+    a, b, summary = T.shape_latent_spectrum_(model, 0.5, clips=6)
     with torch.no_grad():
         z0, z1 = LF.to_model(before.encode_full(x)), LF.to_model(model.encode_full(x))
         # the map the function folded, recomputed from the same training clips
@@ -60,6 +60,11 @@ def test_the_map_folds_into_the_vae_exactly():
         d0 = before.decoder(before.conv2(LF.from_model(z0)))
         d1 = model.decoder(model.conv2(LF.from_model(z1)))
         torch.testing.assert_close(d1, d0, rtol=1e-3, atol=1e-4)
+        # the returned map undoes the fold (what the decoder stage trains behind)
+        inverse = torch.linalg.inv(a)
+        T._fold_latent_map_(model, inverse, -inverse @ b)
+        for (name, p0), p1 in zip(before.state_dict().items(), model.state_dict().values()):
+            torch.testing.assert_close(p1, p0, rtol=1e-4, atol=1e-5, msg=name)
     torch.testing.assert_close(torch.tensor(summary["eigenvalues_before"], dtype=torch.float64), lam0,
                                rtol=0, atol=1e-4)  # rounded to 4 places
     # measured again after the fold: the square roots of the eigenvalues before, scaled to a trace of 16

@@ -266,3 +266,50 @@ def test_an_interrupted_vae_stage_resumes_to_the_weights_of_an_uninterrupted_one
     wa, wb = load_file(os.path.join(a, "vae.safetensors")), load_file(os.path.join(b, "vae.safetensors"))
     assert wa.keys() == wb.keys()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)  # the latent noise of steps 2-3 is what run a drew
+
+
+def test_decoder_stage_trains_behind_the_unfolded_latent_map(tmp_path):
+    """With ``latent_map.safetensors`` beside the (mapped) VAE, the decoder stage gives what training the
+    unmapped VAE and folding the map in afterwards gives, and leaves the encoder's ``conv1`` bit for bit."""
+    from safetensors.torch import load_file, save_file
+
+    from wan_core.vae.model import WanVAEModel
+
+    torch.manual_seed(0)
+    plain = WanVAEModel(DEMO_VAE).eval()
+    with torch.no_grad():
+        for name, p in plain.named_parameters():
+            if name.endswith("gamma"):
+                p.fill_(1.0)
+    a = (torch.eye(16) + 0.3 * torch.randn(16, 16)).double()
+    b = torch.randn(16).double()
+    mapped = WanVAEModel(DEMO_VAE).eval()
+    mapped.load_state_dict(plain.state_dict())
+    T._fold_latent_map_(mapped, a, b)
+    plain_dir, mapped_dir = tmp_path / "plain", tmp_path / "mapped"
+    for d, model in ((plain_dir, plain), (mapped_dir, mapped)):
+        d.mkdir()
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(d / "vae.safetensors"))
+    save_file({"a": a, "b": b}, str(mapped_dir / T.LATENT_MAP))
+    cfg = _tiny(decoder_steps=2, decoder_lr=1e-3, vae_crop=16)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        T.stage_vae_decoder(str(plain_dir), cfg)
+        T.stage_vae_decoder(str(mapped_dir), cfg)
+    finally:
+        torch.set_num_threads(threads)
+    trained = WanVAEModel(DEMO_VAE).eval()
+    trained.load_state_dict(load_file(str(plain_dir / "vae.safetensors")))
+    assert not torch.equal(trained.decoder.head[2].weight, plain.decoder.head[2].weight)  # it trained
+    T._fold_latent_map_(trained, a, b)
+    got, start = load_file(str(mapped_dir / "vae.safetensors")), mapped.state_dict()
+    for name in ("conv1.weight", "conv1.bias"):
+        assert torch.equal(got[name], start[name]), name
+    # Adam's first steps move each weight by about +-lr, so a gradient within rounding of 0 may step either way:
+    # compared as a whole, the two runs differ by a small fraction of what training moved
+    names = [n for n in start if not n.startswith("conv1.")]
+    want = torch.cat([trained.state_dict()[n].flatten() for n in names])
+    diff = torch.cat([got[n].flatten() for n in names]) - want
+    moved = want - torch.cat([start[n].flatten() for n in names])
+    assert float(diff.norm()) < 0.05 * float(moved.norm()), (float(diff.norm()), float(moved.norm()))
