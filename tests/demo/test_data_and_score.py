@@ -34,6 +34,18 @@ def test_training_set_gives_the_bucket_sampler_several_shapes():
     assert len({o.colour for s in specs for o in s.objects}) >= 4
 
 
+@pytest.mark.parametrize("share", [0.2, 0.5])
+def test_two_object_share_sets_the_training_mix_and_keeps_the_held_out_prompts_out(share):
+    seeds = D.training_seeds(2000, two_object_share=share)
+    specs = [D.clip_spec(s, two_object_share=share) for s in seeds]
+    two = sum(len(s.objects) == 2 for s in specs) / len(specs)
+    assert abs(two - share) < 0.04, two
+    assert not {s.caption for s in specs} & set(D.HELD_OUT_TWO_OBJECT)
+    # the default mix is the data module's, whatever share was asked for before
+    default = [D.clip_spec(s) for s in D.training_seeds(2000)]
+    assert abs(sum(len(s.objects) == 2 for s in default) / 2000 - D.TWO_OBJECT_SHARE) < 0.04
+
+
 def test_held_out_set_is_disjoint_from_training():
     train_captions = {D.clip_spec(s).caption for s in D.training_seeds(1500)}
     held_prompts = [p for p, _ in D.HELD_OUT]

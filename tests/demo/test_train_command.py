@@ -178,6 +178,14 @@ def test_object_weights_follow_the_stored_latent_order():
     for spec, w in zip(stored, weights):
         assert torch.equal(w, 1.0 + 4.0 * T.latent_object_coverage(D.render(spec))[None])
     assert any(float(w.max()) > 3.0 for w in weights) and all(float(w.min()) == 1.0 for w in weights)
+    # latents encoded at another two-object share render again at that share
+    seeds = D.training_seeds(12, two_object_share=0.9)
+    stored = [s for g in T._shape_groups([D.clip_spec(s, two_object_share=0.9) for s in seeds]).values() for s in g]
+    assert sum(len(s.objects) == 2 for s in stored) > sum(len(s.objects) == 2 for s in specs)
+    blob = {"seeds": seeds, "two_object_share": 0.9,
+            "latents": [torch.zeros(16, (s.frames - 1) // 4 + 1, s.height // 8, s.width // 8) for s in stored]}
+    for spec, w in zip(stored, T.object_loss_weights(blob, 5.0)):
+        assert torch.equal(w, 1.0 + 4.0 * T.latent_object_coverage(D.render(spec))[None])
     blob["latents"][0] = torch.zeros(16, 1, 2, 2)
     with pytest.raises(RuntimeError, match="delete latents.pt"):
         T.object_loss_weights(blob, 5.0)

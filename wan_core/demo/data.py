@@ -159,8 +159,10 @@ def _object(rng: random.Random, colour: str, width: int, height: int, frames: in
 
 
 def clip_spec(seed: int, *, width: int | None = None, height: int | None = None,
-              frames: int | None = None, caption: str | None = None) -> ClipSpec:
-    """The clip of ``seed``: random layout, or one that follows ``caption`` (and size/frames) if given."""
+              frames: int | None = None, caption: str | None = None,
+              two_object_share: float = TWO_OBJECT_SHARE) -> ClipSpec:
+    """The clip of ``seed``: random layout (two objects with probability ``two_object_share``), or one that
+    follows ``caption`` (and size/frames) if given."""
     rng = random.Random(seed * 7919 + 17)
     if width is None or height is None:
         width, height = _pick(rng, SIZES, SIZE_WEIGHTS)
@@ -168,7 +170,7 @@ def clip_spec(seed: int, *, width: int | None = None, height: int | None = None,
     if caption is not None:
         objs = tuple(_object(rng, c, width, height, frames, s, d) for c, s, d in parse_caption(caption))
     else:
-        n = 2 if rng.random() < TWO_OBJECT_SHARE else 1
+        n = 2 if rng.random() < two_object_share else 1
         colours = rng.sample(list(COLOURS), n)
         objs = tuple(_object(rng, c, width, height, frames) for c in colours)
     grey = rng.uniform(0.05, 0.35)
@@ -184,17 +186,19 @@ def training_spec(index: int) -> ClipSpec:
 
 
 _held = set(HELD_OUT_TWO_OBJECT)
-_seed_cache: list[int] = []
+_seed_cache: dict[float, list[int]] = {}
 
 
-def training_seeds(n: int) -> list[int]:
-    """The first ``n`` training seeds: 0, 1, 2, ... skipping any whose caption is a held-out prompt."""
-    s = _seed_cache[-1] + 1 if _seed_cache else 0
-    while len(_seed_cache) < n:
-        if clip_spec(s).caption not in _held:
-            _seed_cache.append(s)
+def training_seeds(n: int, two_object_share: float = TWO_OBJECT_SHARE) -> list[int]:
+    """The first ``n`` training seeds: 0, 1, 2, ... skipping any whose caption (at ``two_object_share``) is a
+    held-out prompt."""
+    cache = _seed_cache.setdefault(two_object_share, [])
+    s = cache[-1] + 1 if cache else 0
+    while len(cache) < n:
+        if clip_spec(s, two_object_share=two_object_share).caption not in _held:
+            cache.append(s)
         s += 1
-    return _seed_cache[:n]
+    return cache[:n]
 
 
 # ---------------------------------------------------------------------------------------------- rendering

@@ -75,6 +75,8 @@ class DemoTrainConfig:
     # 800 left the DiT memorising positions (10 % of held-out prompts followed); 8,000 keep the 20,000 DiT steps
     # below at 20 passes over the data (4,000 clips at 7,000 steps: 14)
     num_clips: int = 8000
+    # share of the DiT's training clips with two objects (the VAE's crops keep ``data.TWO_OBJECT_SHARE``)
+    dit_two_object_share: float = D.TWO_OBJECT_SHARE
     # the score grew with the clips the DiT saw (batch 8: 3,000 steps 12.5 %, 5,000 24.2 %, 7,000 36.7 % of 120
     # held-out prompt/seed pairs); 20,000 (77.5 %; 30,000: 73.3 %) fit the hour on a 2-core Zen 4 with bf16;
     # without bf16 instructions the command takes about 1 h 40 min, --dit-steps 7000 keeps the hour (docs/demo_model.md)
@@ -477,7 +479,8 @@ def stage_latents(out: str, cfg: DemoTrainConfig) -> None:
         return
     vae = load_vae(os.path.join(out, "vae.safetensors"), dtype=torch.float32)
     te = load_text_encoder(os.path.join(out, "text_encoder.safetensors"), cache_size=0)
-    specs = [D.clip_spec(s) for s in D.training_seeds(cfg.num_clips)]
+    share = cfg.dit_two_object_share
+    specs = [D.clip_spec(s, two_object_share=share) for s in D.training_seeds(cfg.num_clips, share)]
     captions = sorted({s.caption for s in specs})
     emb = dict(zip(captions, te.encode(captions)))
     uncond = dict(zip(("", DEFAULT_NEGATIVE_PROMPT), te.encode(["", DEFAULT_NEGATIVE_PROMPT])))
@@ -494,10 +497,10 @@ def stage_latents(out: str, cfg: DemoTrainConfig) -> None:
                 caps += [s.caption for s in chunk]
                 bar.update(len(chunk))
     torch.save({"latents": latents, "captions": caps, "embeddings": emb, "uncond": uncond,
-                "seeds": [s.seed for s in specs]}, path + ".tmp")
+                "seeds": [s.seed for s in specs], "two_object_share": share}, path + ".tmp")
     os.replace(path + ".tmp", path)
     allz = torch.cat([z.flatten(1) for z in latents], 1)
-    _summary(out, latents={"clips": len(latents), "wall_s": round(time.time() - t0, 1),
+    _summary(out, latents={"clips": len(latents), "two_object_share": share, "wall_s": round(time.time() - t0, 1),
                            "mean": float(allz.mean()), "std": float(allz.std()),
                            "buckets": {"x".join(map(str, k)): len(v) for k, v in groups.items()}})
 
@@ -528,7 +531,9 @@ def latent_object_coverage(video: torch.Tensor, temporal: int = 4, spatial: int 
 def object_loss_weights(blob: dict, object_weight: float) -> list[torch.Tensor]:
     """Per-latent loss weights ``1 + (object_weight - 1) * coverage`` ``[1, F, h, w]`` for the stored latents
     (clips rendered again from their seeds: a few seconds)."""
-    specs = [s for group in _shape_groups([D.clip_spec(s) for s in blob["seeds"]]).values() for s in group]
+    share = blob.get("two_object_share", D.TWO_OBJECT_SHARE)
+    specs = [s for group in _shape_groups([D.clip_spec(s, two_object_share=share) for s in blob["seeds"]]).values()
+             for s in group]
     weights = []
     for spec, z in zip(specs, blob["latents"]):
         w = 1.0 + (object_weight - 1.0) * latent_object_coverage(D.render(spec))
