@@ -13,8 +13,9 @@ from wan_core.demo.model import DEMO_VAE
 
 def _tiny(**kw) -> T.DemoTrainConfig:
     base = dict(vae_phases=(T.VAEPhase(steps=1, batch=1, frames=(5,), lr=1e-3),
-                            T.VAEPhase(steps=1, batch=1, frames=(5, 9), lr=5e-4, clip=1.0, object_weight=5.0)),
-                num_clips=6, dit_steps=2, dit_batch=2, dit_warmup=1, decoder_steps=1, parallel=True,
+                            T.VAEPhase(steps=1, batch=1, frames=(5, 9), lr=5e-4, clip=1.0, object_weight=5.0,
+                                       pca_weight=1.0)),
+                vae_pca_clips=4, num_clips=6, dit_steps=2, dit_batch=2, dit_warmup=1, decoder_steps=1, parallel=True,
                 text_grounding_steps=2, latent_spectrum_clips=4,
                 dit_object_weight=5.0, dit_ema_decay=0.9, dit_precision="bf16")  # the optional recipe parts run too
     base.update(kw)
@@ -241,6 +242,11 @@ def test_command_line_flags_reach_the_recipe(monkeypatch, tmp_path):
     T.main(ap.parse_args(["--out", str(tmp_path)]))
     assert (seen[0].dit_precision, seen[0].dit_steps) == ("fp32", 7)
     assert (seen[1].dit_precision, seen[1].dit_steps) == ("auto", T.DemoTrainConfig().dit_steps)
+    assert seen[1].vae_phases == T.VAE_RECIPES["reconstruction"]  # the shipped files' recipe stays the default
+    T.main(ap.parse_args(["--out", str(tmp_path), "--vae-recipe", "block-pca"]))
+    T.main(ap.parse_args(["--out", str(tmp_path), "--vae-recipe", "reconstruction", "--vae-steps", "300"]))
+    assert seen[2].vae_phases == T.VAE_RECIPES["block-pca"] and seen[2].vae_phases[0].pca_weight > 0
+    assert [p.steps for p in seen[3].vae_phases] == [200, 100]  # split in the recipe's proportions
 
 
 def test_an_interrupted_vae_stage_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, monkeypatch):
@@ -248,7 +254,7 @@ def test_an_interrupted_vae_stage_resumes_to_the_weights_of_an_uninterrupted_one
 
     monkeypatch.setattr(T, "CHECKPOINT_EVERY", 2)
     cfg = _tiny(vae_phases=(T.VAEPhase(steps=2, batch=1, frames=(5,), lr=1e-3),
-                            T.VAEPhase(steps=2, batch=1, frames=(5,), lr=5e-4, clip=1.0)))
+                            T.VAEPhase(steps=2, batch=1, frames=(5,), lr=5e-4, clip=1.0, pca_weight=1.0)))
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     os.makedirs(a)
     os.makedirs(b)
