@@ -27,6 +27,7 @@ from .video_io import OUTPUT_KINDS
 DTYPES = ("bf16", "fp16", "fp32")  # torch dtypes by name; resolved in the command (torch loads lazily)
 SOLVERS = ("unipc", "dpm++", "euler")  # wan_core.sampling.SOLVER_NAMES (a test keeps them equal)
 CACHES = ("off", "exact", "wan", "teacache", "magcache", "easycache")  # wan_core.cache.PRESETS (tested equal)
+VAE_RECIPES = ("reconstruction", "block-pca")  # wan_core.demo.train.VAE_RECIPES (tested equal)
 # Settings a flag left unset takes, per model source (the demo's are wan_core.demo.DEMO_DEFAULTS; a test keeps
 # them equal without importing torch here).
 TINY_DEFAULTS = {"width": 64, "height": 64, "frames": 9, "steps": 4, "guidance": 5.0, "shift": 5.0, "fps": 16}
@@ -158,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="output folder (run the same command again to resume)")
     for flag in ("--vae-steps", "--dit-steps", "--decoder-steps", "--clips", "--threads"):
         t.add_argument(flag, type=int, default=None, help="default: the shipped run's value")
+    t.add_argument("--vae-recipe", choices=VAE_RECIPES, default=None,
+                   help="the VAE stage's phases (default: reconstruction, the shipped files' recipe; block-pca "
+                        "distils a linear code of the VAE's shape first, see docs/demo_model.md)")
+    t.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=None,
+                   help="the DiT stage's precision (default auto: bf16 autocast where the CPU has bf16 instructions)")
     return p
 
 

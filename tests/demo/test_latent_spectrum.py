@@ -36,6 +36,25 @@ def test_spectrum_map_raises_the_eigenvalues_to_the_power(power):
     torch.testing.assert_close(m, m.T)
 
 
+@pytest.mark.parametrize("power", [1.0, 0.5])
+def test_spectrum_map_gives_each_channel_its_variance(power):
+    z = _correlated()
+    v = torch.tensor([5.0, 2.0, 1.0, 0.5, 0.2, 0.1], dtype=torch.float64)
+    m, mu, _ = T.spectrum_map(z.float(), power, channel_variances=v)
+    y = m @ (z - mu.view(-1, 1))
+    yc = y - y.mean(1, keepdim=True)
+    cov = yc @ yc.T / (z.shape[1] - 1)  # naive float64
+    want = v ** power * z.shape[0] / (v ** power).sum()
+    torch.testing.assert_close(cov, torch.diag(want), rtol=0, atol=1e-3 * float(want.max()))
+    # a per-channel scale after the symmetric whitening: channel c stays channel c as far as a whitening allows
+    w = torch.diag(want.rsqrt()) @ m
+    torch.testing.assert_close(w, w.T)
+    zc = z - z.mean(1, keepdim=True)
+    chol = torch.linalg.cholesky(zc @ zc.T / (z.shape[1] - 1))  # any whitening is Q chol^-1: the symmetric is closest
+    eye = torch.eye(6, dtype=torch.float64)
+    assert float((w - eye).norm()) < float((torch.linalg.inv(chol) - eye).norm())
+
+
 def test_the_map_folds_into_the_vae_exactly():
     torch.manual_seed(0)
     model = WanVAEModel(DEMO_VAE).eval()

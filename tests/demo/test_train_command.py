@@ -31,7 +31,10 @@ def test_train_demo_runs_every_stage_and_resumes(tmp_path):
         assert key in summary, key
     assert summary["dit"]["steps"] == 2 and summary["vae_decoder"]["steps"] == 1
     assert summary["dit"]["precision"] == "bf16"
-    assert summary["vae"]["latent_spectrum"]["power"] == 0.5  # the spectrum map ran (shipped recipe)
+    # a block-PCA phase: the latents take the code's component variances (not the eigenvalue power)
+    spectrum = summary["vae"]["latent_spectrum"]
+    assert spectrum["to_channel_variances"] is True
+    assert spectrum["power"] == T.DemoTrainConfig().latent_spectrum_pca_power
     assert summary["text_encoder"]["grounding"]["steps"] == 2  # pretrained in stage 1 ...
     assert summary["text_encoder"]["trained_with_dit"] is False  # ... then frozen
     dit = load_dit(os.path.join(out, "dit.safetensors"))
@@ -55,6 +58,8 @@ def test_the_text_encoder_trains_with_the_dit_unless_told_not_to(tmp_path, joint
     cfg = _tiny(train_text_encoder=joint, vae_phases=(T.VAEPhase(steps=1, batch=1, frames=(5,), lr=1e-3),),
                 dit_ema_decay=0.0, dit_object_weight=1.0, decoder_steps=0, parallel=False, dit_precision="fp32")
     summary = T.run(out, cfg)
+    spectrum = summary["vae"]["latent_spectrum"]  # reconstruction only: the eigenvalue map of power 0.5
+    assert spectrum["to_channel_variances"] is False and spectrum["power"] == 0.5
     os.makedirs(init)
     T.stage_text_encoder(init, cfg)  # what stage 1 wrote before the DiT stage
     from safetensors.torch import load_file
@@ -235,10 +240,17 @@ def test_command_line_flags_reach_the_recipe(monkeypatch, tmp_path):
         seen.append(cfg)
         return {}
 
+    from wan_core.__main__ import VAE_RECIPES, build_parser
+
     monkeypatch.setattr(T, "run", fake_run)
     ap = argparse.ArgumentParser()
     T.add_arguments(ap)
-    T.main(ap.parse_args(["--out", str(tmp_path), "--precision", "fp32", "--dit-steps", "7"]))
+    # `python -m wan_core train-demo` builds its flags without importing torch: the same flags, the same recipes
+    cli = build_parser()._subparsers._group_actions[0].choices["train-demo"]  # type: ignore[union-attr]
+    flags = {a.option_strings[-1]: a.choices for a in ap._actions}
+    assert {a.option_strings[-1]: a.choices for a in cli._actions} == flags
+    assert VAE_RECIPES == tuple(T.VAE_RECIPES)
+    T.main(cli.parse_args(["--out", str(tmp_path), "--precision", "fp32", "--dit-steps", "7"]))
     T.main(ap.parse_args(["--out", str(tmp_path)]))
     assert (seen[0].dit_precision, seen[0].dit_steps) == ("fp32", 7)
     assert (seen[1].dit_precision, seen[1].dit_steps) == ("auto", T.DemoTrainConfig().dit_steps)
