@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Mapping
 
 from .estimate import SIZE_LIMITS
-from . import wan22_cli
+from . import train_demo_cli, wan22_cli
 from .parallel import cli as parallel_cli
 from .video_io import OUTPUT_KINDS
 
 DTYPES = ("bf16", "fp16", "fp32")  # torch dtypes by name; resolved in the command (torch loads lazily)
 SOLVERS = ("unipc", "dpm++", "euler")  # wan_core.sampling.SOLVER_NAMES (a test keeps them equal)
 CACHES = ("off", "exact", "wan", "teacache", "magcache", "easycache")  # wan_core.cache.PRESETS (tested equal)
-VAE_RECIPES = ("reconstruction", "block-pca")  # wan_core.demo.train.VAE_RECIPES (tested equal)
+VAE_RECIPES = train_demo_cli.VAE_RECIPES
 # Settings a flag left unset takes, per model source (the demo's are wan_core.demo.DEMO_DEFAULTS; a test keeps
 # them equal without importing torch here).
 TINY_DEFAULTS = {"width": 64, "height": 64, "frames": 9, "steps": 4, "guidance": 5.0, "shift": 5.0, "fps": 16}
@@ -156,14 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--tiling", choices=["auto", "on", "off"], default="auto", help="VAE decode tiling")
     t = sub.add_parser("train-demo", help="train the built-in demo model (resumable; see docs/demo_model.md)")
     t.set_defaults(func=lambda a: __import__("wan_core.demo.train", fromlist=["main"]).main(a))
-    t.add_argument("--out", required=True, help="output folder (run the same command again to resume)")
-    for flag in ("--vae-steps", "--dit-steps", "--decoder-steps", "--clips", "--threads"):
-        t.add_argument(flag, type=int, default=None, help="default: the shipped run's value")
-    t.add_argument("--vae-recipe", choices=VAE_RECIPES, default=None,
-                   help="the VAE stage's phases (default: reconstruction, the shipped files' recipe; block-pca "
-                        "distils a linear code of the VAE's shape first, see docs/demo_model.md)")
-    t.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=None,
-                   help="the DiT stage's precision (default auto: bf16 autocast where the CPU has bf16 instructions)")
+    train_demo_cli.add_arguments(t)
     return p
 
 

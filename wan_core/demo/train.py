@@ -36,6 +36,7 @@ import torch
 
 from . import data as D
 from ._trainable import autograd_safe_vae
+from ..train_demo_cli import add_arguments as add_arguments  # the command's flags (torch-free)
 from .model import DEMO_DIT, DEMO_TEXT_ENCODER, DEMO_VAE
 
 
@@ -893,17 +894,6 @@ def _run(out: str, cfg: DemoTrainConfig) -> dict:
     if os.path.exists(done):
         _summary(out, vae_decoder=json.load(open(done, encoding="utf-8")))
     return _summary(out, total_wall_s_last_run=round(time.time() - t0, 1))
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="output folder (run the same command again to resume)")
-    for flag in ("--vae-steps", "--dit-steps", "--decoder-steps", "--clips", "--threads"):
-        p.add_argument(flag, type=int, default=None, help="default: the shipped run's value")
-    p.add_argument("--vae-recipe", choices=tuple(VAE_RECIPES), default=None,
-                   help="the VAE stage's phases (default: reconstruction, the shipped files' recipe; block-pca "
-                        "distils a linear code of the VAE's shape first, see docs/demo_model.md)")
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=None,
-                   help="the DiT stage's precision (default auto: bf16 autocast where the CPU has bf16 instructions)")
 
 
 def main(args) -> int:

@@ -1,0 +1,18 @@
+"""The ``train-demo`` command's flags, in one place and without torch: ``python -m wan_core`` builds them at
+parse time (``--help`` answers at once) and ``wan_core.demo.train`` uses the same function."""
+from __future__ import annotations
+
+import argparse
+
+VAE_RECIPES = ("reconstruction", "block-pca")  # wan_core.demo.train.VAE_RECIPES (tested equal)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="output folder (run the same command again to resume)")
+    for flag in ("--vae-steps", "--dit-steps", "--decoder-steps", "--clips", "--threads"):
+        p.add_argument(flag, type=int, default=None, help="default: the shipped run's value")
+    p.add_argument("--vae-recipe", choices=VAE_RECIPES, default=None,
+                   help="the VAE stage's phases (default: reconstruction, the shipped files' recipe; block-pca "
+                        "distils a linear code of the VAE's shape first, see docs/demo_model.md)")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=None,
+                   help="the DiT stage's precision (default auto: bf16 autocast where the CPU has bf16 instructions)")
