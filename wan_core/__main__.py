@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--clip-vision", help="CLIP vision file for --image (clip_vision_h.safetensors, or a "
                                               "transformers folder; found in <models-dir>/clip_vision otherwise)")
     models.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
-                        help="DiT weight dtype (auto: bf16 on GPU, as stored on CPU)")
+                        help="DiT weight dtype (auto: bf16 on GPU, as stored on CPU, fp16 files upcast to fp32)")
     models.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     models.add_argument("--lora", action="append", default=[], metavar="FILE[:STRENGTH]",
                         help="a LoRA file for the DiT, strength 1 unless given (e.g. style.safetensors:0.8); "
@@ -427,6 +427,12 @@ def load_models(args, device, files: dict | None = None):
     files = files or resolve_models(args)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     dtype = dtypes.get(args.dtype) if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else None)
+    if dtype is None and device.type == "cpu" and not args.weights:
+        from .checkpoint import stored_float_dtype
+        from .dit.loader import official_state_dict
+
+        if stored_float_dtype(official_state_dict(files["dit"].path)) == torch.float16:
+            dtype = torch.float32  # CPUs have no fast fp16 matmul (ComfyUI upcasts too); the demo DiT is stored fp16
     te_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     policy = offload_policy(args)  # where each part waits until its stage (docs/memory.md section 3)
     swapping = getattr(args, "blocks_to_swap", 0) and device.type == "cuda"  # swapped blocks never touch the GPU

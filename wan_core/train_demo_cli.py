@@ -12,7 +12,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag in ("--vae-steps", "--dit-steps", "--decoder-steps", "--clips", "--threads"):
         p.add_argument(flag, type=int, default=None, help="default: the shipped run's value")
     p.add_argument("--vae-recipe", choices=VAE_RECIPES, default=None,
-                   help="the VAE stage's phases (default: reconstruction, the shipped files' recipe; block-pca "
-                        "distils a linear code of the VAE's shape first, see docs/demo_model.md)")
+                   help="the VAE stage's phases (default: block-pca, the shipped files' recipe: it distils a "
+                        "linear code of the VAE's shape; reconstruction: the recipe until run 12, see "
+                        "docs/demo_model.md)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=None,
                    help="the DiT stage's precision (default auto: bf16 autocast where the CPU has bf16 instructions)")

@@ -44,3 +44,18 @@ def test_the_shipped_text_encoder_ties_each_colour_to_its_direction():
     te = load_text_encoder(builtin_paths()["text_encoder"], dtype=torch.float32, cache_size=0)
     report = pretrain_grounding(te, GroundingConfig(steps=600, train_encoder=False))
     assert report["accuracy_held_out_pairs"] >= 7 / 8 and report["accuracy_train_pairs"] > 0.95, report
+
+
+def test_the_fp16_demo_dit_computes_in_fp32_on_cpu():
+    # stored fp16 (half the bytes); every demo entry point upcasts on CPU, where fp16 matmuls are slow
+    from wan_core import __main__ as cli
+    from wan_core.demo import load_demo_models
+
+    assert load_dit(builtin_paths()["dit"]).head.head.weight.dtype == torch.float16  # as stored, if asked so
+    assert load_demo_models()[0].head.head.weight.dtype == torch.float32
+    args = cli.build_parser().parse_args(["generate", "--prompt", "a red circle moving left", "--out", "x.mp4"])
+    dit = cli.load_models(args, torch.device("cpu"), files=cli.demo_files())[0]
+    assert dit.head.head.weight.dtype == torch.float32
+    args = cli.build_parser().parse_args(["generate", "--prompt", "a", "--out", "x.mp4", "--dtype", "bf16"])
+    dit = cli.load_models(args, torch.device("cpu"), files=cli.demo_files())[0]
+    assert dit.head.head.weight.dtype == torch.bfloat16  # an explicit choice stays

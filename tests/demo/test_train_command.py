@@ -39,6 +39,10 @@ def test_train_demo_runs_every_stage_and_resumes(tmp_path):
     assert summary["text_encoder"]["trained_with_dit"] is False  # ... then frozen
     dit = load_dit(os.path.join(out, "dit.safetensors"))
     assert dit.config.text_len == 32
+    from safetensors import safe_open
+
+    with safe_open(os.path.join(out, "dit.safetensors"), "pt") as f:  # the file in dit_file_dtype, fp16 by default
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float16}
     vae = load_vae(os.path.join(out, "vae.safetensors"))
     assert vae.config == DEMO_VAE
     te = load_text_encoder(os.path.join(out, "text_encoder.safetensors"))
@@ -132,7 +136,7 @@ def test_vae_batches_draw_their_length_from_the_phase():
 
 
 def test_vae_phases_split_the_global_step():
-    cfg = T.DemoTrainConfig()
+    cfg = T.DemoTrainConfig(vae_phases=T.VAE_RECIPES["reconstruction"])
     a, b = cfg.vae_phases
     assert cfg.vae_steps == a.steps + b.steps
     assert cfg.vae_phase(0) == (a, 0) and cfg.vae_phase(a.steps - 1) == (a, a.steps - 1)
@@ -221,6 +225,8 @@ def test_dit_precision_auto_follows_the_cpu(monkeypatch):
     assert T.dit_precision(T.DemoTrainConfig(dit_precision="bf16")) == "bf16"  # an explicit choice stays
     with pytest.raises(ValueError, match="dit_precision"):
         T.DemoTrainConfig(dit_precision="fp16")
+    with pytest.raises(ValueError, match="dit_file_dtype"):
+        T.DemoTrainConfig(dit_file_dtype="float16")
 
 
 def test_native_bf16_reads_torchs_cpu_checks(monkeypatch):
@@ -254,10 +260,11 @@ def test_command_line_flags_reach_the_recipe(monkeypatch, tmp_path):
     T.main(ap.parse_args(["--out", str(tmp_path)]))
     assert (seen[0].dit_precision, seen[0].dit_steps) == ("fp32", 7)
     assert (seen[1].dit_precision, seen[1].dit_steps) == ("auto", T.DemoTrainConfig().dit_steps)
-    assert seen[1].vae_phases == T.VAE_RECIPES["reconstruction"]  # the shipped files' recipe stays the default
+    assert seen[1].vae_phases == T.VAE_RECIPES["block-pca"]  # the shipped files' recipe is the default
     T.main(ap.parse_args(["--out", str(tmp_path), "--vae-recipe", "block-pca"]))
     T.main(ap.parse_args(["--out", str(tmp_path), "--vae-recipe", "reconstruction", "--vae-steps", "300"]))
     assert seen[2].vae_phases == T.VAE_RECIPES["block-pca"] and seen[2].vae_phases[0].pca_weight > 0
+    assert seen[3].vae_phases[0].pca_weight == 0
     assert [p.steps for p in seen[3].vae_phases] == [200, 100]  # split in the recipe's proportions
 
 

@@ -26,7 +26,7 @@ def run(capsys, monkeypatch, *args: str, tripwire: bool = True) -> tuple[object,
 @pytest.mark.parametrize("flags, message", [
     (["--prefetch", "-1"], "--prefetch -1: must be an integer >= 0"),
     (["--blocks-to-swap", "-3"], "--blocks-to-swap -3: must be an integer >= 0"),
-    (["--preset", "demo", "--blocks-to-swap", "5"], "blocks_to_swap=5 exceeds the model's 4 blocks"),
+    (["--preset", "demo", "--blocks-to-swap", "7"], "blocks_to_swap=7 exceeds the model's 6 blocks"),
 ])
 def test_bad_swap_options_one_line_before_loading(capsys, monkeypatch, tmp_path, flags, message):
     code, lines = run(capsys, monkeypatch, "--out", str(tmp_path / "x.webp"), *flags)

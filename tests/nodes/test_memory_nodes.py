@@ -20,9 +20,9 @@ def mods(pack):
 
 def test_too_many_blocks_refused_before_queueing(mods):
     models, _ = mods
-    message = models.validate_model(models.DEMO_NAME, blocks_to_swap=5, prefetch=1)
-    assert isinstance(message, str) and "exceeds the model's 4 blocks" in message and "\n" not in message
-    assert models.validate_model(models.DEMO_NAME, blocks_to_swap=4, prefetch=1) is True
+    message = models.validate_model(models.DEMO_NAME, blocks_to_swap=7, prefetch=1)
+    assert isinstance(message, str) and "exceeds the model's 6 blocks" in message and "\n" not in message
+    assert models.validate_model(models.DEMO_NAME, blocks_to_swap=6, prefetch=1) is True
 
 
 def test_inputs_declared(mods):

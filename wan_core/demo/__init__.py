@@ -40,6 +40,8 @@ def load_demo_models(device: torch.device | str = "cpu", **dit_options):
     from ..vae.loader import load_vae
 
     paths = builtin_paths()
+    if "dtype" not in dit_options and "weights" not in dit_options:
+        dit_options["dtype"] = torch.float32  # the file is fp16 (half the bytes); CPUs compute fp16 slowly
     dit = load_dit(paths["dit"], device=device, **dit_options)
     vae = load_vae(paths["vae"], dtype=torch.float32, device=device)
     te = load_text_encoder(paths["text_encoder"], dtype=torch.float32, device=device)
