@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from wan_core.demo import builtin_paths
+from wan_core.demo import builtin_paths, demo_dit_options
 from wan_core.demo.data import HELD_OUT, held_out
 from wan_core.demo.evaluate import run_prompts, vae_psnr
 from wan_core.demo.model import DEMO_DEFAULTS, DEMO_DIT
@@ -102,9 +102,7 @@ def main() -> int:
         run_kw = dict(run_kw)
         cache = run_kw.pop("cache", None)
         try:
-            # the shipped file is fp16: rows that choose no dtype compute in fp32 as before (fp8 rows: bf16)
-            kw = load_kw if {"dtype", "weights"} & set(load_kw) else {**load_kw, "dtype": torch.float32}
-            dit = load_dit(paths["dit"], **kw)
+            dit = load_dit(paths["dit"], **demo_dit_options(load_kw))  # fp32 unless the row chooses (fp8: bf16)
             t0 = time.perf_counter()
             r = run_prompts(dit, vae, te, pairs, cache=cache, **run_kw)
         except Exception as e:  # noqa: BLE001 - an unsupported setting on this machine is a row, not a crash

@@ -32,6 +32,12 @@ def builtin_paths() -> dict[str, Path]:
     return paths
 
 
+def demo_dit_options(options: dict) -> dict:
+    """``load_dit`` keywords for a demo DiT file: fp32 compute unless ``options`` choose a dtype or a weight
+    format (the file is stored fp16, half the bytes, and CPUs compute fp16 slowly)."""
+    return options if {"dtype", "weights"} & set(options) else {**options, "dtype": torch.float32}
+
+
 def load_demo_models(device: torch.device | str = "cpu", **dit_options):
     """(dit, vae, text_encoder) of the built-in demo model through the public loaders (float32).
     ``dit_options``: ``load_dit`` keywords (attention, skiparse, weights, gemm, ...)."""
@@ -40,9 +46,7 @@ def load_demo_models(device: torch.device | str = "cpu", **dit_options):
     from ..vae.loader import load_vae
 
     paths = builtin_paths()
-    if "dtype" not in dit_options and "weights" not in dit_options:
-        dit_options["dtype"] = torch.float32  # the file is fp16 (half the bytes); CPUs compute fp16 slowly
-    dit = load_dit(paths["dit"], device=device, **dit_options)
+    dit = load_dit(paths["dit"], device=device, **demo_dit_options(dit_options))
     vae = load_vae(paths["vae"], dtype=torch.float32, device=device)
     te = load_text_encoder(paths["text_encoder"], dtype=torch.float32, device=device)
     return dit, vae, te

@@ -36,6 +36,7 @@ import torch
 
 from . import data as D
 from ._trainable import autograd_safe_vae
+from ..dit.loader import FLOAT_WEIGHTS  # dtypes by name: DemoTrainConfig.dit_file_dtype
 from ..train_demo_cli import add_arguments as add_arguments  # the command's flags (torch-free)
 from .model import DEMO_DIT, DEMO_TEXT_ENCODER, DEMO_VAE
 
@@ -56,8 +57,6 @@ class VAEPhase:
     object_weight: float = 1.0
     pca_weight: float = 0.0
 
-
-FILE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}  # DemoTrainConfig.dit_file_dtype
 
 VAE_RECIPES: dict[str, tuple[VAEPhase, ...]] = {
     # the recipe of the files shipped until run 12 (runs 1-8): 22.0 dB (run 8)
@@ -158,8 +157,8 @@ class DemoTrainConfig:
     def __post_init__(self):
         if self.dit_precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"dit_precision must be 'auto', 'fp32' or 'bf16', got {self.dit_precision!r}")
-        if self.dit_file_dtype not in FILE_DTYPES:
-            raise ValueError(f"dit_file_dtype must be one of {sorted(FILE_DTYPES)}, got {self.dit_file_dtype!r}")
+        if self.dit_file_dtype not in FLOAT_WEIGHTS:
+            raise ValueError(f"dit_file_dtype must be one of {sorted(FLOAT_WEIGHTS)}, got {self.dit_file_dtype!r}")
 
     @property
     def vae_steps(self) -> int:
@@ -746,7 +745,7 @@ def stage_dit(out: str, cfg: DemoTrainConfig) -> None:
         state = {k[4:]: v for k, v in state.items() if k.startswith("dit.")}
         text_summary = {**_summary(out).get("text_encoder", {}), "trained_with_dit": True}
         _summary(out, text_encoder=text_summary)
-    file_dtype = FILE_DTYPES[cfg.dit_file_dtype]
+    file_dtype = FLOAT_WEIGHTS[cfg.dit_file_dtype]
     _save({k: v.to(file_dtype) if v.is_floating_point() else v for k, v in state.items()}, path,
           metadata={"wan_text_len": str(DEMO_DIT.text_len)})
     tail = result.losses[-200:]
