@@ -17,7 +17,8 @@ def _tiny(**kw) -> T.DemoTrainConfig:
                                        pca_weight=1.0)),
                 vae_pca_clips=4, num_clips=6, dit_steps=2, dit_batch=2, dit_warmup=1, decoder_steps=1, parallel=True,
                 text_grounding_steps=2, latent_spectrum_clips=4,
-                dit_object_weight=5.0, dit_ema_decay=0.9, dit_precision="bf16")  # the optional recipe parts run too
+                dit_object_weight=5.0, dit_ema_decay=0.9, dit_precision="bf16",  # the optional recipe parts run too
+                dit_attention_kernel="math", dit_fused_adamw=True)
     base.update(kw)
     return T.DemoTrainConfig(**base)
 
@@ -31,6 +32,7 @@ def test_train_demo_runs_every_stage_and_resumes(tmp_path):
         assert key in summary, key
     assert summary["dit"]["steps"] == 2 and summary["vae_decoder"]["steps"] == 1
     assert summary["dit"]["precision"] == "bf16"
+    assert summary["dit"]["attention_kernel"] == "math" and summary["dit"]["fused_adamw"] is True
     # a block-PCA phase: the latents take the code's component variances (not the eigenvalue power)
     spectrum = summary["vae"]["latent_spectrum"]
     assert spectrum["to_channel_variances"] is True

@@ -220,3 +220,40 @@ def test_loss_weights_from_the_dataset_reach_the_loss():
     assert lat.shape == (2, 16, 2, 4, 4) and ctx.shape == (2, 5, TEXT_DIM) and w.shape == (2, 1, 2, 4, 4)
     with pytest.raises(ValueError, match="loss weight"):
         collate_latents([item, {"latent": item["latent"], "context": item["context"]}])
+
+
+def _flash_allowed_in_forward(model):
+    seen = []
+    model.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.flash_sdp_enabled()))
+    return seen
+
+
+def test_math_attention_and_fused_adamw_train_what_the_defaults_do(monkeypatch):
+    """The speed options change kernels, not the computation: fp32 losses and weights agree to rounding."""
+    import wan_core.train.loop as L
+
+    ds = LatentSet([(1, 4, 4), (2, 4, 4)], repeats=4)
+    base = dict(max_steps=5, batch_size=4, lr=2e-3, progress=False)
+    ref_model = tiny_dit()
+    ref_seen = _flash_allowed_in_forward(ref_model)
+    ref = train(ref_model, ds, TrainConfig(**base))
+
+    made = []
+    real_adamw = torch.optim.AdamW
+    monkeypatch.setattr(L.torch.optim, "AdamW", lambda *a, **kw: made.append(kw) or real_adamw(*a, **kw))
+    model = tiny_dit()
+    seen = _flash_allowed_in_forward(model)
+    fast = train(model, ds, TrainConfig(**base, attention_kernel="math", fused_adamw=True))
+
+    assert ref_seen == [True] * 5 and seen == [False] * 5   # the math kernel only, in every forward ...
+    assert torch.backends.cuda.flash_sdp_enabled()           # ... and torch's choice again afterwards
+    assert made[0]["fused"] is True
+    assert fast.losses == pytest.approx(ref.losses, rel=1e-4)
+    a, b = _params(ref_model), _params(model)
+    # Adam divides by sqrt(v): rounding-sized gradient differences move a weight by up to ~1 % of a step (lr 2e-3)
+    assert all(torch.allclose(a[k], b[k], rtol=0, atol=1e-4) for k in a)
+
+
+def test_an_unknown_attention_kernel_is_refused():
+    with pytest.raises(ValueError, match="attention_kernel must be one of"):
+        TrainConfig(max_steps=1, attention_kernel="flash2")

@@ -37,6 +37,7 @@ import torch
 from . import data as D
 from ._trainable import autograd_safe_vae
 from ..dit.loader import FLOAT_WEIGHTS  # dtypes by name: DemoTrainConfig.dit_file_dtype
+from ..train.loop import ATTENTION_KERNELS  # DemoTrainConfig.dit_attention_kernel
 from ..train_demo_cli import add_arguments as add_arguments  # the command's flags (torch-free)
 from .model import DEMO_DIT, DEMO_TEXT_ENCODER, DEMO_VAE
 
@@ -109,8 +110,8 @@ class DemoTrainConfig:
     # the score grew with the clips the DiT saw (batch 8: 3,000 steps 12.5 %, 5,000 24.2 %, 7,000 36.7 % of 120
     # held-out prompt/seed pairs); 20,000 (77.5 %; 30,000: 73.3 %) fit the hour with the 4-block DiT on a 2-core
     # Zen 4 with bf16. The 6-block DiT takes 1.6x the step time: the command takes about 45 minutes on the faster
-    # Zen 4 measured, about 85 on the slower one (--dit-steps 10000 keeps the hour there), longer without bf16
-    # instructions (docs/demo_model.md)
+    # Zen 4 measured, about 88 on the slower one (run 13, from scratch; about 80 with the kernels below;
+    # --dit-steps 10000 keeps the hour there), longer without bf16 instructions (docs/demo_model.md)
     dit_steps: int = 20000
     dit_batch: int = 8
     # 1e-3 and 2e-3 lowered the loss (object weights 5, 3,000 steps: 0.285 / 0.278 against 0.311) but followed
@@ -128,6 +129,12 @@ class DemoTrainConfig:
     # (AVX512-BF16 or AMX: 1.8x the fp32 steps/s of this DiT on a 2-core Zen 4), fp32 elsewhere (AVX2 machines
     # run bf16 several times slower than fp32)
     dit_precision: str = "auto"
+    # the DiT's attention kernel and optimizer (``TrainConfig.attention_kernel`` / ``fused_adamw``): the same
+    # computation in other kernels. On these 48-80-token sequences the math kernel and fused AdamW run a bf16 step
+    # 1.12x (1 thread) and 1.20x (2 threads) as fast as torch's flash kernel and per-tensor AdamW on a 2-core
+    # Zen 4, and fp32 at 0.99x (bench/train_kernels.py). Shipped run 12 and reproduction run 13 used the old pair
+    dit_attention_kernel: str = "math"
+    dit_fused_adamw: bool = True
     # dtype of the weights in dit.safetensors (training and checkpoints stay fp32): "fp16" halves the file, so the
     # 6-block DiT (21.6 MB in fp32) fits the 25 MB budget beside the VAE; its weights are below 2 in magnitude,
     # and the fp16 file scored what the fp32 one did (run 12, docs/demo_model.md)
@@ -159,6 +166,9 @@ class DemoTrainConfig:
             raise ValueError(f"dit_precision must be 'auto', 'fp32' or 'bf16', got {self.dit_precision!r}")
         if self.dit_file_dtype not in FLOAT_WEIGHTS:
             raise ValueError(f"dit_file_dtype must be one of {sorted(FLOAT_WEIGHTS)}, got {self.dit_file_dtype!r}")
+        if self.dit_attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"dit_attention_kernel must be one of {ATTENTION_KERNELS}, "
+                             f"got {self.dit_attention_kernel!r}")
 
     @property
     def vae_steps(self) -> int:
@@ -694,6 +704,7 @@ def stage_dit(out: str, cfg: DemoTrainConfig) -> None:
                        warmup_steps=cfg.dit_warmup, lr_schedule="cosine", min_lr_ratio=0.05, seed=cfg.seed,
                        clip_extreme_floor=cfg.dit_spike_floor, timestep_shift=cfg.dit_timestep_shift,
                        ema_decay=cfg.dit_ema_decay, precision=dit_precision(cfg),
+                       attention_kernel=cfg.dit_attention_kernel, fused_adamw=cfg.dit_fused_adamw,
                        checkpoint_dir=os.path.join(out, "dit_ckpt"), checkpoint_every=200, keep_last=2)
     text_path = os.path.join(out, "text_encoder.safetensors")
     te = None
@@ -749,7 +760,8 @@ def stage_dit(out: str, cfg: DemoTrainConfig) -> None:
     _save({k: v.to(file_dtype) if v.is_floating_point() else v for k, v in state.items()}, path,
           metadata={"wan_text_len": str(DEMO_DIT.text_len)})
     tail = result.losses[-200:]
-    _summary(out, dit={"steps": result.step, "precision": tcfg.precision, "wall_s_last_run": round(time.time() - t0, 1),
+    _summary(out, dit={"steps": result.step, "precision": tcfg.precision, "attention_kernel": tcfg.attention_kernel,
+                       "fused_adamw": tcfg.fused_adamw, "wall_s_last_run": round(time.time() - t0, 1),
                        "final_loss_mean_last_200": sum(tail) / max(len(tail), 1),
                        "params": sum(p.numel() for p in dit.parameters()),
                        "clipped": sum(s == "clipped" for s in result.clip_status)})

@@ -25,7 +25,25 @@ from .loss import flow_matching_loss
 
 __all__ = ["TrainConfig", "TrainResult", "train", "collate_latents", "evaluation_loss", "learning_rate",
            "latest_checkpoint", "save_checkpoint", "load_checkpoint", "SPIKE_MARKER_NAME", "CHECKPOINT_MARKER",
-           "CheckpointFolderError", "is_saved_checkpoint", "load_ema"]
+           "CheckpointFolderError", "is_saved_checkpoint", "load_ema", "sdpa_kernels", "ATTENTION_KERNELS"]
+
+ATTENTION_KERNELS = ("auto", "math")
+
+
+def sdpa_kernels(kernel: str):
+    """Context in which ``scaled_dot_product_attention`` runs ``kernel``: "auto" (torch's choice, the fused
+    flash kernel on CPU) or "math" (matrix products and a softmax, differentiated by autograd).
+
+    Fused kernels win on long sequences; on short ones (the demo DiT's 48-80 video tokens) the CPU flash
+    kernel's backward costs more than the math form's (``bench/train_kernels.py``). The forward decides: the
+    backward runs the kernel the forward recorded."""
+    if kernel not in ATTENTION_KERNELS:
+        raise ValueError(f"attention kernel must be one of {ATTENTION_KERNELS}, got {kernel!r}")
+    if kernel == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)
 
 SPIKE_MARKER_NAME = "spike_marker.json"
 EMA_FILE = "ema.safetensors"
@@ -44,6 +62,9 @@ class TrainConfig:
     checkpoints are kept (0: all). ema_decay: keep an exponential moving average of the parameters (0: off),
     updated after every optimizer step n with decay ``min(ema_decay, (1 + n) / (10 + n))`` so the random
     initial weights fade fast; saved in checkpoints and returned as ``TrainResult.ema``.
+    attention_kernel: ``scaled_dot_product_attention``'s kernel in the forward (``sdpa_kernels``; "auto" or
+    "math", faster for short sequences on CPU). fused_adamw: the default optimizer is AdamW's fused
+    implementation (one kernel over all parameters; not bit-identical to the per-tensor loop it replaces).
     clip_*: :class:`AdaptiveGradClipper` settings (``adaptive_clip=False`` disables clipping). grad_accum:
     micro-batches per optimizer step (the loss is averaged over them).
     """
@@ -74,8 +95,12 @@ class TrainConfig:
     num_workers: int = 0
     progress: bool = True
     ema_decay: float = 0.0
+    attention_kernel: str = "auto"
+    fused_adamw: bool = False
 
     def __post_init__(self):
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         if self.lr_schedule not in ("constant", "cosine"):
             raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
         if self.precision not in ("fp32", "bf16"):
@@ -373,7 +398,7 @@ def train(
             "safetensors file); use torch.distributed.checkpoint, or train without checkpoint_dir")
     if optimizer is None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.adam_eps,
-                                      weight_decay=cfg.weight_decay)
+                                      weight_decay=cfg.weight_decay, fused=cfg.fused_adamw or None)
     marker_path = os.path.join(cfg.checkpoint_dir, SPIKE_MARKER_NAME) if cfg.checkpoint_dir else None
     clipper = None
     if cfg.adaptive_clip:
@@ -472,7 +497,7 @@ def train(
                 sync = (j == cfg.grad_accum - 1) or not hasattr(model, "no_sync")
                 # no_sync exists on the DDP wrapper the caller may pass; nn.Module does not declare it
                 with (contextlib.nullcontext() if sync else cast(Any, model).no_sync()):
-                    with autocast():
+                    with autocast(), sdpa_kernels(cfg.attention_kernel):
                         loss = flow_matching_loss(model, latents, context, mean=cfg.timestep_mean,
                                                   std=cfg.timestep_std, shift=cfg.timestep_shift, generator=gen,
                                                   weight=w)
