@@ -26,11 +26,12 @@ def _tiny(**kw) -> T.DemoTrainConfig:
 def test_train_demo_runs_every_stage_and_resumes(tmp_path):
     out = str(tmp_path / "run")
     threads = torch.get_num_threads()
-    summary = T.run(out, _tiny(threads=3))
+    summary = T.run(out, _tiny(threads=3, decoder_pca_object_weight=2.0))
     assert torch.get_num_threads() == threads  # the caller's thread count comes back
     for key in ("text_encoder", "vae", "latents", "dit", "vae_decoder"):
         assert key in summary, key
     assert summary["dit"]["steps"] == 2 and summary["vae_decoder"]["steps"] == 1
+    assert summary["vae_decoder"]["object_weight"] == 2.0  # a block-PCA recipe: the decoder takes its own weight
     assert summary["dit"]["precision"] == "bf16"
     assert summary["dit"]["attention_kernel"] == "math" and summary["dit"]["fused_adamw"] is True
     # a block-PCA phase: the latents take the code's component variances (not the eigenvalue power)
@@ -135,6 +136,12 @@ def test_vae_batches_draw_their_length_from_the_phase():
     assert lengths == {5, 9, 17}
     x = T._vae_batch(random.Random(0), 3, (5,), 32)
     assert x.shape == (3, 3, 5, 32, 32) and x.abs().max() <= 1.0 and torch.isfinite(x).all()
+
+
+def test_the_decoder_stage_weighs_object_pixels_by_recipe():
+    assert T.decoder_object_weight(T.DemoTrainConfig()) == T.DemoTrainConfig().decoder_pca_object_weight == 1.0
+    rec = T.DemoTrainConfig(vae_phases=T.VAE_RECIPES["reconstruction"])
+    assert T.decoder_object_weight(rec) == rec.decoder_object_weight == 5.0
 
 
 def test_vae_phases_split_the_global_step():
