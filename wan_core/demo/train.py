@@ -71,9 +71,10 @@ VAE_RECIPES: dict[str, tuple[VAEPhase, ...]] = {
     # One phase distilled from the linear block-PCA code (``block_pca``: 28.6 dB on held-out clips) beside the
     # reconstruction loss, on 5-, 9- and 17-frame crops from the start (a VAE trained on 5-frame crops alone fell
     # to 9 dB on 17-frame clips). On 6 held-out 64x64x17 clips: 28.3 dB after these 1,500 steps, 29.8 after the
-    # decoder stage with objects weighted 5 (run 9), 30.85 with the plain MSE (run 13's VAE), where "reconstruction" sat near 16.5 dB at step 800 and its VAE ends at 22.0. The
-    # default since run 12: the 4-block DiT followed fewer prompts on its richer latents (83.8 % of 240 held-out
-    # pairs against 88.8 %), the 6-block one as many (88.8 %; docs/demo_model.md, runs 9-12)
+    # decoder stage with objects weighted 5 (run 9), 30.85 with the plain MSE (run 13's VAE), where
+    # "reconstruction" sat near 16.5 dB at step 800 and its VAE ends at 22.0. The default since run 12: the
+    # 4-block DiT followed fewer prompts on its richer latents (83.8 % of 240 held-out pairs against 88.8 %), the
+    # 6-block one as many (88.8 %; docs/demo_model.md, runs 9-12)
     "block-pca": (VAEPhase(steps=1500, batch=4, frames=(5, 9, 17), lr=1e-3, clip=1.0, pca_weight=1.0),),
 }
 
