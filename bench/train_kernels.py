@@ -2,11 +2,11 @@
 
 The demo DiT's sequences are short (48-80 video tokens, 32 text rows); there, torch's fused (flash) CPU attention
 spends more time in its backward than the plain matrix-product ("math") form does. This measures, side by side
-in one run and interleaved (so a busy machine slows every variant alike), the steps/s of:
-attention kernel {auto (torch's flash kernel), math} x AdamW {for-loop, fused} x precision {fp32, bf16 autocast}, batch 8, on the
+in one run and interleaved (so a busy machine slows every variant alike), the steps/s of: attention kernel
+{auto (torch's flash kernel), math} x AdamW {for-loop, fused} x precision {fp32, bf16 autocast}, batch 8, on the
 demo latent shapes (17 and 9 frames; 64x64, 80x48, 48x80).
 
-usage: python bench/train_kernels.py [--threads 1] [--reps 4] [--steps 8] [--precision bf16 fp32]
+usage: python bench/train_kernels.py [--threads 1] [--reps 4] [--steps 12] [--precision bf16 fp32]
 Prints one line per variant: best and median steps/s over the repetitions, and the ratio to auto (flash) + for-loop.
 """
 import argparse
