@@ -37,7 +37,7 @@ import torch
 from . import data as D
 from ._trainable import autograd_safe_vae
 from ..dit.loader import FLOAT_WEIGHTS  # dtypes by name: DemoTrainConfig.dit_file_dtype
-from ..train.loop import ATTENTION_KERNELS  # DemoTrainConfig.dit_attention_kernel
+from ..train.loop import check_attention_kernel  # DemoTrainConfig.dit_attention_kernel, checked before stage 1
 from ..train_demo_cli import add_arguments as add_arguments  # the command's flags (torch-free)
 from .model import DEMO_DIT, DEMO_TEXT_ENCODER, DEMO_VAE
 
@@ -172,9 +172,7 @@ class DemoTrainConfig:
             raise ValueError(f"dit_precision must be 'auto', 'fp32' or 'bf16', got {self.dit_precision!r}")
         if self.dit_file_dtype not in FLOAT_WEIGHTS:
             raise ValueError(f"dit_file_dtype must be one of {sorted(FLOAT_WEIGHTS)}, got {self.dit_file_dtype!r}")
-        if self.dit_attention_kernel not in ATTENTION_KERNELS:
-            raise ValueError(f"dit_attention_kernel must be one of {ATTENTION_KERNELS}, "
-                             f"got {self.dit_attention_kernel!r}")
+        check_attention_kernel(self.dit_attention_kernel, "dit_attention_kernel")
 
     @property
     def vae_steps(self) -> int:

@@ -25,9 +25,16 @@ from .loss import flow_matching_loss
 
 __all__ = ["TrainConfig", "TrainResult", "train", "collate_latents", "evaluation_loss", "learning_rate",
            "latest_checkpoint", "save_checkpoint", "load_checkpoint", "SPIKE_MARKER_NAME", "CHECKPOINT_MARKER",
-           "CheckpointFolderError", "is_saved_checkpoint", "load_ema", "sdpa_kernels", "ATTENTION_KERNELS"]
+           "CheckpointFolderError", "is_saved_checkpoint", "load_ema", "sdpa_kernels", "ATTENTION_KERNELS",
+           "check_attention_kernel"]
 
 ATTENTION_KERNELS = ("auto", "math")
+
+
+def check_attention_kernel(kernel: str, name: str = "attention kernel") -> None:
+    """Raise a ValueError naming ``name`` unless ``kernel`` is one of ``ATTENTION_KERNELS``."""
+    if kernel not in ATTENTION_KERNELS:
+        raise ValueError(f"{name} must be one of {ATTENTION_KERNELS}, got {kernel!r}")
 
 
 def sdpa_kernels(kernel: str):
@@ -37,8 +44,7 @@ def sdpa_kernels(kernel: str):
     Fused kernels win on long sequences; on short ones (the demo DiT's 48-80 video tokens) the CPU flash
     kernel's backward costs more than the math form's (``bench/train_kernels.py``). The forward decides: the
     backward runs the kernel the forward recorded."""
-    if kernel not in ATTENTION_KERNELS:
-        raise ValueError(f"attention kernel must be one of {ATTENTION_KERNELS}, got {kernel!r}")
+    check_attention_kernel(kernel)
     if kernel == "auto":
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -99,8 +105,7 @@ class TrainConfig:
     fused_adamw: bool = False
 
     def __post_init__(self):
-        if self.attention_kernel not in ATTENTION_KERNELS:
-            raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
+        check_attention_kernel(self.attention_kernel, "attention_kernel")
         if self.lr_schedule not in ("constant", "cosine"):
             raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
         if self.precision not in ("fp32", "bf16"):
