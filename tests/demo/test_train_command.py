@@ -8,7 +8,7 @@ import torch
 
 from wan_core import load_dit, load_text_encoder, load_vae
 from wan_core.demo import train as T
-from wan_core.demo.model import DEMO_VAE
+from wan_core.demo.model import DEMO_DEFAULTS, DEMO_VAE
 
 
 def _tiny(**kw) -> T.DemoTrainConfig:
@@ -34,6 +34,7 @@ def test_train_demo_runs_every_stage_and_resumes(tmp_path):
     assert summary["vae_decoder"]["object_weight"] == 2.0  # a block-PCA recipe: the decoder takes its own weight
     assert summary["dit"]["precision"] == "bf16"
     assert summary["dit"]["attention_kernel"] == "math" and summary["dit"]["fused_adamw"] is True
+    assert summary["dit"]["timestep_shift"] == DEMO_DEFAULTS.shift == 3.0  # trained at the shift it samples with
     # a block-PCA phase: the latents take the code's component variances (not the eigenvalue power)
     spectrum = summary["vae"]["latent_spectrum"]
     assert spectrum["to_channel_variances"] is True
