@@ -138,7 +138,7 @@ class DemoTrainConfig:
     # the DiT's attention kernel and optimizer (``TrainConfig.attention_kernel`` / ``fused_adamw``): the same
     # computation in other kernels. On these 48-80-token sequences the math kernel and fused AdamW run a bf16 step
     # 1.12x (1 thread) and 1.20x (2 threads) as fast as torch's flash kernel and per-tensor AdamW on a 2-core
-    # Zen 4, and fp32 at 0.99x (bench/train_kernels.py). Shipped run 12 and reproduction run 13 used the old pair
+    # Zen 4, and fp32 at 0.99x (bench/train_kernels.py). Runs 12 and 13 used the old pair; run 14 (shipped) these
     dit_attention_kernel: str = "math"
     dit_fused_adamw: bool = True
     # dtype of the weights in dit.safetensors (training and checkpoints stay fp32): "fp16" halves the file, so the
