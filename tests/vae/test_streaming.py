@@ -180,3 +180,26 @@ def test_frame_pieces_inside_a_chunk_change_nothing(vae, piece_frames):
         stream_encode(vae.model, video, enc_sink, piece_frames=piece_frames)
     assert (dec - full_dec).abs().max() <= TOL
     assert (enc - full_enc).abs().max() <= TOL
+
+
+def test_encoder_runs_channels_last_on_onednn_and_matches_the_plain_layout(vae):
+    """encode_chunk hands the encoder a channels-last input on oneDNN (CPU float32, no gradient): the result equals
+    the contiguous input's up to float32 summation order, comes back contiguous, and a training encode (gradient
+    on) keeps the plain layout."""
+    from wan_core.vae.causal_conv import CHANNELS_LAST
+
+    model, seen = vae.model, []
+    hook = model.encoder.register_forward_pre_hook(
+        lambda m, args: seen.append(args[0].is_contiguous(memory_format=CHANNELS_LAST) and not args[0].is_contiguous()))
+    video = rand_video(9, 32, 40, seed=23)
+    try:
+        with torch.no_grad():
+            z = model.encode_chunk(video, None)
+            h = model.encoder(video.contiguous(), None, None)  # the plain layout, as the encoder was called before
+            plain = F.conv3d(h, model.conv1.weight[:16], model.conv1.bias[:16])
+        model.encode_chunk(video.requires_grad_(True), None)
+    finally:
+        hook.remove()
+    assert seen == [True, False, False]
+    assert z.is_contiguous()
+    assert (z - plain).abs().max() <= TOL
