@@ -17,3 +17,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "docs/demo_model.md)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=None,
                    help="the DiT stage's precision (default auto: bf16 autocast where the CPU has bf16 instructions)")
+    p.add_argument("--no-compile", action="store_true",
+                   help="run the DiT stage's blocks eager (default: torch.compile where a C++ compiler is found)")

@@ -18,7 +18,8 @@ def _tiny(**kw) -> T.DemoTrainConfig:
                 vae_pca_clips=4, num_clips=6, dit_steps=2, dit_batch=2, dit_warmup=1, decoder_steps=1, parallel=True,
                 text_grounding_steps=2, latent_spectrum_clips=4,
                 dit_object_weight=5.0, dit_ema_decay=0.9, dit_precision="bf16",  # the optional recipe parts run too
-                dit_attention_kernel="math", dit_fused_adamw=True)
+                dit_attention_kernel="math", dit_fused_adamw=True,
+                dit_compile=False)  # compiled blocks: their own tests (inductor would take a minute to build here)
     base.update(kw)
     return T.DemoTrainConfig(**base)
 
@@ -247,6 +248,27 @@ def test_native_bf16_reads_torchs_cpu_checks(monkeypatch):
     assert T.native_bf16() is True
 
 
+def test_a_failing_compiled_dit_stage_goes_on_eager(tmp_path, monkeypatch):
+    """Compiled blocks that fail during training (an inductor or C++ build error shows up at the first forward or
+    backward): the stage says so, logs it and trains on eager from the last checkpoint to the same files."""
+    import wan_core.memory as M
+
+    def failing(model, **kw):
+        def boom(*a, **k):
+            raise RuntimeError("C++ compile failed (test)")
+        for block in model.blocks:
+            vars(block)["forward"] = boom
+        return ""
+
+    monkeypatch.setattr(M, "compile_blocks", failing)
+    out = str(tmp_path / "run")
+    summary = T.run(out, _tiny(dit_compile=True, parallel=False))
+    assert summary["dit"]["steps"] == 2 and summary["dit"]["compiled"] is False
+    assert os.path.exists(os.path.join(out, "dit.safetensors"))
+    log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"), encoding="utf-8")]
+    assert [r["compile_failed"] for r in log if "compile_failed" in r] == ["RuntimeError: C++ compile failed (test)"]
+
+
 def test_command_line_flags_reach_the_recipe(monkeypatch, tmp_path):
     import argparse
 
@@ -266,10 +288,11 @@ def test_command_line_flags_reach_the_recipe(monkeypatch, tmp_path):
     flags = {a.option_strings[-1]: a.choices for a in ap._actions}
     assert {a.option_strings[-1]: a.choices for a in cli._actions} == flags
     assert VAE_RECIPES == tuple(T.VAE_RECIPES)
-    T.main(cli.parse_args(["--out", str(tmp_path), "--precision", "fp32", "--dit-steps", "7"]))
+    T.main(cli.parse_args(["--out", str(tmp_path), "--precision", "fp32", "--dit-steps", "7", "--no-compile"]))
     T.main(ap.parse_args(["--out", str(tmp_path)]))
     assert (seen[0].dit_precision, seen[0].dit_steps) == ("fp32", 7)
     assert (seen[1].dit_precision, seen[1].dit_steps) == ("auto", T.DemoTrainConfig().dit_steps)
+    assert seen[0].dit_compile is False is not seen[1].dit_compile  # --no-compile (given with the first call)
     assert seen[1].vae_phases == T.VAE_RECIPES["block-pca"]  # the shipped files' recipe is the default
     T.main(ap.parse_args(["--out", str(tmp_path), "--vae-recipe", "block-pca"]))
     T.main(ap.parse_args(["--out", str(tmp_path), "--vae-recipe", "reconstruction", "--vae-steps", "300"]))

@@ -71,6 +71,10 @@ class TrainConfig:
     attention_kernel: ``scaled_dot_product_attention``'s kernel in the forward (``sdpa_kernels``; "auto" or
     "math", faster for short sequences on CPU). fused_adamw: the default optimizer is AdamW's fused
     implementation (one kernel over all parameters; not bit-identical to the per-tensor loop it replaces).
+    compile_blocks: regional ``torch.compile`` of the model's Wan DiT blocks (``wan_core.memory.compile_blocks``,
+    forward and backward; equal to eager up to float rounding). Where compile cannot run, one warning and the
+    blocks stay eager (``TrainResult.compiled`` says which); a compiler failure that first shows in the backward
+    pass is raised, for the caller to continue eager from the last checkpoint.
     clip_*: :class:`AdaptiveGradClipper` settings (``adaptive_clip=False`` disables clipping). grad_accum:
     micro-batches per optimizer step (the loss is averaged over them).
     """
@@ -103,6 +107,7 @@ class TrainConfig:
     ema_decay: float = 0.0
     attention_kernel: str = "auto"
     fused_adamw: bool = False
+    compile_blocks: bool = False
 
     def __post_init__(self):
         check_attention_kernel(self.attention_kernel, "attention_kernel")
@@ -121,7 +126,8 @@ class TrainResult:
     """``step``: optimizer steps done in total; ``data_step``: position in the data stream (optimizer-step
     units; larger than ``step`` after a spike skip); per-step lists for the steps run in this call;
     ``interrupted``: stopped by the interrupt callable; ``checkpoint``: last directory written; ``ema``:
-    the parameters' moving average (``{name: fp32 tensor}``, parameters only) when ``ema_decay > 0``."""
+    the parameters' moving average (``{name: fp32 tensor}``, parameters only) when ``ema_decay > 0``;
+    ``compiled``: the DiT blocks ran compiled (``TrainConfig.compile_blocks`` and compile available)."""
 
     step: int
     data_step: int
@@ -131,6 +137,7 @@ class TrainResult:
     interrupted: bool = False
     checkpoint: Optional[str] = None
     ema: Optional[dict] = None
+    compiled: bool = False
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -206,6 +213,18 @@ def _micro_generator(seed: int, micro: int, rank: int, world: int) -> torch.Gene
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)
+
+
+def _compile_dit_blocks(model: torch.nn.Module, device: torch.device) -> bool:
+    """Compile the blocks of the (first) Wan DiT inside ``model``; False where compile is unavailable (warned)."""
+    from ..dit.model import WanDiT
+    from ..memory import compile_blocks
+
+    dit = next((m for m in model.modules() if isinstance(m, WanDiT)), None)
+    if dit is None:
+        raise ValueError(f"TrainConfig.compile_blocks: the model ({type(_unwrap(model)).__name__}) holds no WanDiT "
+                         "whose blocks could be compiled")
+    return not compile_blocks(dit, device=device)
 
 
 def evaluation_loss(model, latents: torch.Tensor, context=None, *, draws: int = 8, seed: int = 0,
@@ -427,6 +446,7 @@ def train(
         if clipper is not None and state.get("clipper") is not None:
             clipper.load_state_dict(state["clipper"])
     ema = _start_ema(model, ckpt, step) if cfg.ema_decay > 0 else None
+    compiled = _compile_dit_blocks(model, device) if cfg.compile_blocks else False
     marker = read_spike_marker(marker_path) if (marker_path and resume) else None
     if marker is not None and marker.get("resume_data_step") is not None:
         data_step = max(data_step, int(marker["resume_data_step"]))
@@ -461,7 +481,7 @@ def train(
             flag = bool(t.item() > 0)
         return flag
 
-    result = TrainResult(step=step, data_step=data_step)
+    result = TrainResult(step=step, data_step=data_step, compiled=compiled)
     saved_at = [step if ckpt is not None else None]
 
     def checkpoint_now():
