@@ -110,9 +110,9 @@ class DemoTrainConfig:
     dit_two_object_share: float = D.TWO_OBJECT_SHARE
     # the score grew with the clips the DiT saw (batch 8: 3,000 steps 12.5 %, 5,000 24.2 %, 7,000 36.7 % of 120
     # held-out prompt/seed pairs); 20,000 (77.5 %; 30,000: 73.3 %) fit the hour with the 4-block DiT on a 2-core
-    # Zen 4 with bf16. The 6-block DiT takes 1.6x the step time: the command takes about 45 minutes on the faster
-    # Zen 4 measured, about 88 on the slower one (run 13, from scratch; about 80 with the kernels below;
-    # --dit-steps 10000 keeps the hour there), longer without bf16 instructions (docs/demo_model.md)
+    # Zen 4 with bf16. The 6-block DiT takes 1.6x the step time: the command took 65.5 minutes from scratch on the
+    # slower 2-core Zen 4 (run 17, with the compiled blocks below), about half that on the faster kind;
+    # --dit-steps 10000 keeps the hour on the slower one; longer without bf16 instructions (docs/demo_model.md)
     dit_steps: int = 20000
     dit_batch: int = 8
     # 1e-3 and 2e-3 lowered the loss (object weights 5, 3,000 steps: 0.285 / 0.278 against 0.311) but followed
@@ -142,9 +142,10 @@ class DemoTrainConfig:
     dit_attention_kernel: str = "math"
     dit_fused_adamw: bool = True
     # regional torch.compile of the DiT's blocks (``TrainConfig.compile_blocks``): inductor fuses the blocks'
-    # elementwise work around the matrix products, about 1.4x the eager bf16 steps/s on one thread of a busy 2-core
-    # Zen 4 (bench/train_kernels.py --compile); built in the first minute or two. Without a C++ compiler the
-    # blocks run eager after one warning; a compiled run that fails goes on eager from its last checkpoint
+    # elementwise work around the matrix products: bf16 steps 1.31x (one thread) and 1.39x (two) as fast on the
+    # slower 2-core Zen 4 (bench/train_kernels.py --compile), built in the first minute or two; most of the gain is
+    # in the steps beside the decoder (docs/demo_model.md, "Compiled blocks"). Without a C++ compiler the blocks
+    # run eager after one warning; a compiled run that fails goes on eager from its last checkpoint
     dit_compile: bool = True
     # dtype of the weights in dit.safetensors (training and checkpoints stay fp32): "fp16" halves the file, so the
     # 6-block DiT (21.6 MB in fp32) fits the 25 MB budget beside the VAE; its weights are below 2 in magnitude,
