@@ -763,10 +763,10 @@ def stage_dit(out: str, cfg: DemoTrainConfig) -> None:
         except Exception as e:  # noqa: BLE001 - only with compiled blocks: the eager attempt raises a real error again
             if not tcfg.compile_blocks:
                 raise
-            first = (str(e).strip().splitlines() or [""])[0][:200]
-            print(f"train-demo: the compiled DiT blocks failed ({type(e).__name__}: {first}); going on eager "
-                  "from the last checkpoint", file=sys.stderr)
-            _log(out, stage="dit", compile_failed=f"{type(e).__name__}: {first}")
+            why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+            print(f"train-demo: the compiled DiT blocks failed ({why}); going on eager from the last checkpoint",
+                  file=sys.stderr)
+            _log(out, stage="dit", compile_failed=why)
             tcfg = replace(tcfg, compile_blocks=False)
     else:
         raise RuntimeError("train-demo: the DiT stage hit 10 gradient spikes in a row; see log.jsonl")
