@@ -334,6 +334,38 @@ def test_an_interrupted_vae_stage_resumes_to_the_weights_of_an_uninterrupted_one
     assert all(torch.equal(wa[k], wb[k]) for k in wa)  # the latent noise of steps 2-3 is what run a drew
 
 
+def test_stages_stopped_after_their_last_checkpoint_finish_on_the_next_run(tmp_path, monkeypatch):
+    """Stopped between the last step's checkpoint and the stage's file (the VAE stage's latent maps take a few
+    seconds): the next run trains nothing and writes the file, with no final MSE to report."""
+    monkeypatch.setattr(T, "CHECKPOINT_EVERY", 1)
+    cfg = _tiny(vae_phases=(T.VAEPhase(steps=1, batch=1, frames=(5,), lr=1e-3, pca_weight=1.0),))
+    out = str(tmp_path)
+    real_save = T._save
+
+    def stop_before_the_vae_file(tensors, path, metadata=None):
+        if path.endswith("vae.safetensors"):
+            raise KeyboardInterrupt
+        real_save(tensors, path, metadata)
+
+    monkeypatch.setattr(T, "_save", stop_before_the_vae_file)
+    with pytest.raises(KeyboardInterrupt):
+        T.stage_vae(out, cfg)
+    assert os.path.exists(os.path.join(out, "vae_ckpt.pt")) and not os.path.exists(os.path.join(out, "vae.safetensors"))
+    monkeypatch.setattr(T, "_save", real_save)
+    T.stage_vae(out, cfg)
+    assert load_vae(os.path.join(out, "vae.safetensors")).config == DEMO_VAE
+    assert json.load(open(os.path.join(out, "summary.json"), encoding="utf-8"))["vae"]["final_mse"] is None
+    # the decoder stage: the same stop, after its checkpoint at its last step
+    before = os.path.getmtime(os.path.join(out, "vae.safetensors"))
+    monkeypatch.setattr(T, "_save", stop_before_the_vae_file)
+    with pytest.raises(KeyboardInterrupt):
+        T.stage_vae_decoder(out, cfg)
+    monkeypatch.setattr(T, "_save", real_save)
+    T.stage_vae_decoder(out, cfg)
+    done = json.load(open(os.path.join(out, T.DECODER_DONE), encoding="utf-8"))
+    assert done["final_mse"] is None and os.path.getmtime(os.path.join(out, "vae.safetensors")) >= before
+
+
 def test_decoder_stage_trains_behind_the_unfolded_latent_map(tmp_path):
     """With ``latent_map.safetensors`` beside the (mapped) VAE, the decoder stage gives what training the
     unmapped VAE and folding the map in afterwards gives, and leaves the encoder's ``conv1`` bit for bit."""

@@ -357,6 +357,11 @@ def reconstruction_loss(y: torch.Tensor, x: torch.Tensor,
     return torch.mean(w * (err ** 2 + 0.1 * err.abs())), mse
 
 
+def _final(mse: torch.Tensor | None) -> float | None:
+    """The last step's MSE for a stage summary; None when this run trained no step."""
+    return None if mse is None else float(mse)
+
+
 def psnr_of_mse(mse: float) -> float:
     """PSNR in dB for videos in [-1, 1] (peak-to-peak 2)."""
     return 10 * math.log10(4.0 / max(mse, 1e-12))
@@ -454,6 +459,7 @@ def stage_vae(out: str, cfg: DemoTrainConfig) -> None:
     with autograd_safe_vae():
         bar = tqdm(total=cfg.vae_steps, initial=start, desc="vae", dynamic_ncols=True)
         params = list(model.parameters())
+        mse = None  # stays None when the checkpoint is at the last step (stopped while the maps were computed)
         for step in range(start, cfg.vae_steps):
             phase, k = cfg.vae_phase(step)
             rng = random.Random(cfg.seed * 1_000_003 + step)
@@ -478,7 +484,7 @@ def stage_vae(out: str, cfg: DemoTrainConfig) -> None:
         _save({"a": a, "b": b}, os.path.join(out, LATENT_MAP))
     _save(model.state_dict(), path)
     _summary(out, vae={"steps": cfg.vae_steps, "wall_s": round(time.time() - t0, 1),
-                       "final_mse": float(mse), "params": sum(p.numel() for p in model.parameters()),
+                       "final_mse": _final(mse), "params": sum(p.numel() for p in model.parameters()),
                        "latent_spectrum": spectrum})
 
 
@@ -873,6 +879,7 @@ def stage_vae_decoder(out: str, cfg: DemoTrainConfig) -> None:
     model.train()
     with autograd_safe_vae():
         bar = tqdm(total=cfg.decoder_steps, initial=start, desc="vae decoder", dynamic_ncols=True)
+        mse = None  # as in stage_vae: a checkpoint at the last step leaves nothing to train
         for step in range(start, cfg.decoder_steps):
             rng = random.Random((cfg.seed + 5) * 1_000_003 + step)
             x = _vae_batch(rng, 2, (17,), cfg.vae_crop)
@@ -890,7 +897,7 @@ def stage_vae_decoder(out: str, cfg: DemoTrainConfig) -> None:
     # the summary goes through this file (merged by ``run``): the stage may run in a second process
     with open(done + ".tmp", "w", encoding="utf-8") as f:
         json.dump({"steps": cfg.decoder_steps, "object_weight": object_weight,
-                   "wall_s_last_run": round(time.time() - t0, 1), "final_mse": float(mse)}, f)
+                   "wall_s_last_run": round(time.time() - t0, 1), "final_mse": _final(mse)}, f)
     os.replace(done + ".tmp", done)
 
 
