@@ -110,8 +110,8 @@ class DemoTrainConfig:
     dit_two_object_share: float = D.TWO_OBJECT_SHARE
     # the score grew with the clips the DiT saw (batch 8: 3,000 steps 12.5 %, 5,000 24.2 %, 7,000 36.7 % of 120
     # held-out prompt/seed pairs); 20,000 (77.5 %; 30,000: 73.3 %) fit the hour with the 4-block DiT on a 2-core
-    # Zen 4 with bf16. The 6-block DiT takes 1.6x the step time: the command took 65.5 minutes from scratch on the
-    # slower 2-core Zen 4 (run 17, with the compiled blocks below), about half that on the faster kind;
+    # Zen 4 with bf16. The 6-block DiT takes 1.6x the step time: the command took 39.5 minutes from scratch on a
+    # 2-core Zen 5 (run 18, with the compiled blocks below) and 65.5 on the slower 2-core Zen 4 (run 17);
     # --dit-steps 10000 keeps the hour on the slower one; longer without bf16 instructions (docs/demo_model.md)
     dit_steps: int = 20000
     dit_batch: int = 8
