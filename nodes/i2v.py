@@ -19,7 +19,7 @@ CLIP_FOLDER = "clip_vision"
 
 
 def validate_clip_vision(clip_name: str) -> bool | str:
-    from wan_core.clip_vision import _vision_state_dict  # reads the header only
+    from wan_core.i2v.clip_vision import _vision_state_dict  # reads the header only
 
     pickled = str(clip_name).lower().endswith((".pth", ".pt", ".ckpt", ".bin"))
     return _check_file(CLIP_FOLDER, "clip_name", clip_name, None if pickled else _vision_state_dict)

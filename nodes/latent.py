@@ -5,7 +5,7 @@ import torch
 
 from wan_core import latent_format
 from wan_core.estimate import SIZE_LIMITS, fit_problem, total_memory
-from wan_core.pipeline import video_size_problems
+from wan_core.latent_format import video_size_problems
 
 from . import host
 from .declare import Input, NodeSpec, Output

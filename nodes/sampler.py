@@ -12,7 +12,8 @@ import torch
 from wan_core import latent_format
 from wan_core.lora import activate_loras
 from wan_core.pipeline import GenerationConfig, WanPipeline, check_embeddings, check_latent, check_models
-from wan_core.wan22 import EXPERTS, is_moe, latent_geometry
+from wan_core.dit.moe import EXPERTS, is_moe
+from wan_core.latent_format import latent_geometry
 from wan_core.sampling import SOLVER_NAMES, Convention, Solver, distill_sigmas
 from wan_core.sampling.nag import NAG_ALPHA, NAG_SCALE, NAG_TAU, NAGAttention, NAGConfig
 

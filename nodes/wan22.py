@@ -9,14 +9,15 @@ from wan_core import latent_format
 from wan_core.estimate import SIZE_LIMITS
 from wan_core.i2v import resize_image
 from wan_core.pipeline import check_models
-from wan_core.wan22 import T2V_A14B, TI2V_5B, WanMoE
+from wan_core.dit.moe import WanMoE
+from wan_core.variants import T2V_A14B, TI2V_5B
 
 from . import host
 from .declare import Input, NodeSpec, Output
 
 
-def moe(high_noise_model, low_noise_model, boundary: float = T2V_A14B["boundary"],
-        guidance_high: float = T2V_A14B["guidance_high"], guidance_low: float = T2V_A14B["guidance_low"]):
+def moe(high_noise_model, low_noise_model, boundary: float = T2V_A14B.boundary,
+        guidance_high: float = T2V_A14B.guidance, guidance_low: float = T2V_A14B.guidance_low):
     check_models(high_noise_model)
     check_models(low_noise_model)
     return (WanMoE(high_noise_model, low_noise_model, boundary=boundary, guidance=(guidance_high, guidance_low)),)
@@ -31,11 +32,11 @@ MOE = NodeSpec(
     inputs=(
         Input("high_noise_model", "WANCORE_MODEL", tooltip="the high_noise_model file of the pair"),
         Input("low_noise_model", "WANCORE_MODEL", tooltip="the low_noise_model file of the pair"),
-        Input("boundary", "FLOAT", default=T2V_A14B["boundary"], min=0.01, max=0.99, step=0.005,
+        Input("boundary", "FLOAT", default=T2V_A14B.boundary, min=0.01, max=0.99, step=0.005,
               tooltip="switch when the timestep drops below boundary x 1000 (T2V 0.875, I2V 0.9)"),
-        Input("guidance_high", "FLOAT", default=T2V_A14B["guidance_high"], min=0.0, max=30.0, step=0.1,
+        Input("guidance_high", "FLOAT", default=T2V_A14B.guidance, min=0.0, max=30.0, step=0.1,
               tooltip="classifier-free guidance of the high-noise expert (T2V 4.0)"),
-        Input("guidance_low", "FLOAT", default=T2V_A14B["guidance_low"], min=0.0, max=30.0, step=0.1,
+        Input("guidance_low", "FLOAT", default=T2V_A14B.guidance_low, min=0.0, max=30.0, step=0.1,
               tooltip="classifier-free guidance of the low-noise expert (T2V 3.0)"),
     ),
     outputs=(Output("WANCORE_MODEL", "model"),),
@@ -77,11 +78,11 @@ def empty_latent22(width: int = 1280, height: int = 704, frames: int = 121, batc
 
 
 _SIZE_INPUTS = (
-    Input("width", "INT", default=TI2V_5B["width"], min=32, max=SIZE_LIMITS["width"][1], step=32,
+    Input("width", "INT", default=TI2V_5B.width, min=32, max=SIZE_LIMITS["width"][1], step=32,
           tooltip="multiple of 32 (official 1280)"),
-    Input("height", "INT", default=TI2V_5B["height"], min=32, max=SIZE_LIMITS["height"][1], step=32,
+    Input("height", "INT", default=TI2V_5B.height, min=32, max=SIZE_LIMITS["height"][1], step=32,
           tooltip="multiple of 32 (official 704)"),
-    Input("frames", "INT", default=TI2V_5B["frames"], min=1, max=SIZE_LIMITS["frames"][1], step=4,
+    Input("frames", "INT", default=TI2V_5B.frames, min=1, max=SIZE_LIMITS["frames"][1], step=4,
           tooltip="4n+1 (121 = 5 s at 24 fps)"),
     Input("batch_size", "INT", default=1, min=SIZE_LIMITS["batch_size"][0], max=SIZE_LIMITS["batch_size"][1]),
 )

@@ -10,7 +10,8 @@ from wan_core import estimate as E
 from wan_core.attention import skiparse as S
 from wan_core.config import DIT_PRESETS
 from wan_core.dit.model import WanDiT
-from wan_core.pipeline import GenerationConfig, nearest_valid, video_size_problems
+from wan_core.latent_format import video_size_problems
+from wan_core.pipeline import GenerationConfig, nearest_valid
 from wan_core.quant.fp8 import is_block_linear
 
 PRESET = {"1.3B": "wan2.1-t2v-1.3b", "14B": "wan2.1-t2v-14b", "5B": "wan2.2-ti2v-5b"}

@@ -7,7 +7,7 @@ import pytest
 from wan_core import estimate
 from wan_core.attention import dispatch, skiparse
 from wan_core.cache import config as cache_config
-from wan_core.dit import loader as dit_loader
+from wan_core.dit import options as dit_options
 from wan_core.quant import fp8
 from wan_core.sampling import comfy_schedule, schedule, solver
 from wan_core.text import rewrite
@@ -22,7 +22,7 @@ PAIRS = [
     (schedule.Convention, schedule.CONVENTIONS),
     (comfy_schedule.ComfyScheduler, comfy_schedule.COMFY_SCHEDULERS),
     (fp8.Gemm, fp8.GEMM_MODES),
-    (dit_loader.Weights, dit_loader.WEIGHT_FORMATS),
+    (dit_options.Weights, dit_options.WEIGHT_FORMATS),
     (fp8.Granularity, fp8.GRANULARITIES),
     (rewrite.Language, rewrite.LANGUAGES),
     (cache_config.CachePreset, cache_config.PRESETS),

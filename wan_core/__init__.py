@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # models (docs/design.md section 4)
     "load_dit": "wan_core.dit.loader:load_dit",
-    "ModelOptions": "wan_core.dit.loader:ModelOptions",
+    "ModelOptions": "wan_core.dit.options:ModelOptions",
     "WanDiT": "wan_core.dit.model:WanDiT",
     "load_vae": "wan_core.vae.loader:load_vae",
     "WanVAE": "wan_core.vae.loader:WanVAE",
@@ -22,8 +22,8 @@ _EXPORTS = {
     "load_text_encoder": "wan_core.text.encoder:load_text_encoder",
     "TextEncoder": "wan_core.text.encoder:TextEncoder",
     "CheckpointError": "wan_core.checkpoint:CheckpointError",
-    "load_clip_vision": "wan_core.clip_vision:load_clip_vision",
-    "CLIPVisionEncoder": "wan_core.clip_vision:CLIPVisionEncoder",
+    "load_clip_vision": "wan_core.i2v.clip_vision:load_clip_vision",
+    "CLIPVisionEncoder": "wan_core.i2v.clip_vision:CLIPVisionEncoder",
     # configs
     "DiTConfig": "wan_core.config:DiTConfig",
     "TextEncoderConfig": "wan_core.config:TextEncoderConfig",

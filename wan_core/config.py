@@ -96,6 +96,10 @@ DIT_PRESETS: dict[str, DiTConfig] = {
                                 name="wan2.2-ti2v-5b"),
     # Wan 2.2 T2V-A14B: two experts, each shaped as the 2.1 14B (Wan2.2 wan/configs/wan_t2v_A14B.py lines 20-29)
     "wan2.2-t2v-a14b": DiTConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40, name="wan2.2-t2v-a14b"),
+    # Wan 2.2 I2V-A14B: the experts take the Wan 2.1 I2V's 36 input channels without its CLIP image embedding
+    # (Wan2.2 wan/configs/wan_i2v_A14B.py; no img_emb in the released files)
+    "wan2.2-i2v-a14b": DiTConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40, in_dim=36,
+                                 name="wan2.2-i2v-a14b"),
     # Small configs for tests and the random-weights demo; real head_dim 128 is kept in "tiny-wide".
     "tiny": DiTConfig(dim=64, ffn_dim=128, num_heads=2, num_layers=2, text_dim=32, name="tiny"),
     "tiny-4h": DiTConfig(dim=96, ffn_dim=160, num_heads=4, num_layers=3, text_dim=48, name="tiny-4h"),

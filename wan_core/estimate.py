@@ -61,7 +61,7 @@ def spec(model: str, key: str) -> Any:
 
 def size_problems(width: int, height: int, frames: int, multiple: int = 16) -> list[str]:
     """One message per invalid value, in the pipeline's order: width and height must be multiples of ``multiple``
-    (16; 32 for TI2V-5B), frames 4n+1 (``wan_core.pipeline.video_size_problems`` words the same checks at more
+    (16; 32 for TI2V-5B), frames 4n+1 (``wan_core.latent_format.video_size_problems`` words the same checks at more
     length)."""
     problems = []
     for name, value in (("width", width), ("height", height)):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from .estimate import nearest_valid
+
 CHANNELS = 16
 TEMPORAL_FACTOR = 4
 SPATIAL_FACTOR = 8
@@ -122,3 +124,46 @@ class Wan21LatentFormat:
 
 
 WAN21 = Wan21LatentFormat()
+
+
+# ---------------------------------------------------------------------------------------------- latent geometry
+def latent_geometry(dit=None, vae=None) -> tuple[int, int, int]:
+    """(channels, temporal factor, spatial factor) of the latents a DiT / VAE works on: Wan 2.1 and the A14B
+    experts (16, 4, 8); TI2V-5B and the Wan 2.2 VAE (48, 4, 16)."""
+    vae_cfg = getattr(vae, "config", None)
+    if vae_cfg is not None and hasattr(vae_cfg, "z_dim"):
+        return int(vae_cfg.z_dim), int(vae_cfg.temporal_factor), int(vae_cfg.spatial_factor)
+    cfg = getattr(dit, "config", None)
+    channels = int(getattr(cfg, "out_dim", 16)) if cfg is not None else 16
+    return channels, 4, 16 if channels == 48 else 8
+
+
+def pixel_multiple(dit=None, vae=None) -> int:
+    """Width/height multiple: the VAE's spatial factor times the DiT's 2x2 patch (16 for Wan 2.1, 32 for 5B)."""
+    return 2 * latent_geometry(dit, vae)[2]
+
+
+def video_size_problems(width: int, height: int, frames: int) -> list[str]:
+    """Every problem with a requested video size, each naming the setting and the nearest valid values."""
+    problems = []
+    for name, value in (("width", width), ("height", height), ("frames", frames)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{name}={value!r}: must be a positive integer")
+    if problems:
+        return problems
+    for name, value in (("width", width), ("height", height)):
+        if value % 16:
+            lo, hi = nearest_valid(value, 16)
+            problems.append(f"{name}={value}: must be a multiple of 16; nearest valid: {lo} or {hi}")
+    if (frames - 1) % 4:
+        lo, hi = nearest_valid(frames, 4, 1)
+        problems.append(f"frames={frames}: the frame count must be 4n+1 (Wan's VAE compresses time 4x "
+                        f"after the first frame); nearest valid: {lo} or {hi}")
+    return problems
+
+
+def check_video_size(width: int, height: int, frames: int) -> None:
+    """Frames must be 4n+1 and width/height multiples of 16 (the DiT's 2x2 patches on the 8x latents)."""
+    problems = video_size_problems(width, height, frames)
+    if problems:
+        raise ValueError("; ".join(problems))

@@ -18,9 +18,12 @@ from .numerics import check_finite
 from .progress import InterruptFn, ProgressFn, StepCallback
 from .cache import start_session
 from .i2v import ImageCondition, check_image_model, check_image_request, image_condition
-from .wan22 import (EXPERTS, FirstFrameGuidance, MoECacheReport, MoEGuidance, check_first_frame, is_moe,
-                    latent_geometry, pixel_multiple)
-from .wan22 import attached as moe_attached
+from .cache.moe import MoECacheReport
+from .cache.moe import attached as moe_attached
+from .dit.moe import EXPERTS, is_moe
+from .latent_format import check_video_size, latent_geometry, pixel_multiple
+from .sampling.first_frame import FirstFrameGuidance, check_first_frame
+from .sampling.moe import MoEGuidance
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, Convention, ScheduleConfig,
                        Solver, build_schedule, initial_latent, make_noise, sample)
 
@@ -78,32 +81,6 @@ class GenerationConfig:
         if not self.prompts:
             raise ValueError("no prompt given")
         self.schedule_config().validate()
-
-
-def video_size_problems(width: int, height: int, frames: int) -> list[str]:
-    """Every problem with a requested video size, each naming the setting and the nearest valid values."""
-    problems = []
-    for name, value in (("width", width), ("height", height), ("frames", frames)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            problems.append(f"{name}={value!r}: must be a positive integer")
-    if problems:
-        return problems
-    for name, value in (("width", width), ("height", height)):
-        if value % 16:
-            lo, hi = nearest_valid(value, 16)
-            problems.append(f"{name}={value}: must be a multiple of 16; nearest valid: {lo} or {hi}")
-    if (frames - 1) % 4:
-        lo, hi = nearest_valid(frames, 4, 1)
-        problems.append(f"frames={frames}: the frame count must be 4n+1 (Wan's VAE compresses time 4x "
-                        f"after the first frame); nearest valid: {lo} or {hi}")
-    return problems
-
-
-def check_video_size(width: int, height: int, frames: int) -> None:
-    """Frames must be 4n+1 and width/height multiples of 16 (the DiT's 2x2 patches on the 8x latents)."""
-    problems = video_size_problems(width, height, frames)
-    if problems:
-        raise ValueError("; ".join(problems))
 
 
 def source_name(model, what: str) -> str:

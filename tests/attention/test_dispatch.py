@@ -113,7 +113,7 @@ def test_sage_kernel_path_never_modifies_callers_k(monkeypatch):
 
 
 def test_load_dit_takes_options_as_keywords_only():
-    from wan_core.dit.loader import ModelOptions
+    from wan_core.dit.options import ModelOptions
 
     sd = random_dit_state()
     model = wan_core.load_dit(sd, config=CFG, attention="int8", skiparse="suv", suv_profile=[1, 4, 1],
@@ -139,7 +139,8 @@ def test_load_dit_keywords_mirror_model_options():
     import dataclasses
     import inspect
 
-    from wan_core.dit.loader import ModelOptions, load_dit
+    from wan_core.dit.loader import load_dit
+    from wan_core.dit.options import ModelOptions
 
     params = inspect.signature(load_dit).parameters
     keywords = {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n != "progress"}

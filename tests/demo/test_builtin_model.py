@@ -48,7 +48,7 @@ def test_the_shipped_text_encoder_ties_each_colour_to_its_direction():
 
 def test_the_fp16_demo_dit_computes_in_fp32_on_cpu():
     # stored fp16 (half the bytes); every demo entry point upcasts on CPU, where fp16 matmuls are slow
-    from wan_core import __main__ as cli
+    from wan_core.cli import app as cli
     from wan_core.demo import load_demo_models
 
     assert load_dit(builtin_paths()["dit"]).head.head.weight.dtype == torch.float16  # as stored, if asked so

@@ -60,7 +60,7 @@ def test_encode_matches_transformers_penultimate_states(reference):
 
 def test_default_head_count_is_vit_h():
     """Without a config.json the head count follows ViT-H/14 (width 1280 -> 16 heads of 80)."""
-    from wan_core.clip_vision import _config_from_shapes
+    from wan_core.i2v.clip_vision import _config_from_shapes
     from wan_core.checkpoint import open_checkpoint
 
     shapes = {"vision_model.embeddings.patch_embedding.weight": torch.empty(1280, 3, 14, 14, device="meta"),

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from wan_core import latent_format
-from wan_core.clip_vision import CLIPVisionEncoder
+from wan_core.i2v.clip_vision import CLIPVisionEncoder
 from wan_core.config import DiTConfig
 from wan_core.dit.keys import diffusers_to_official
 from wan_core.dit.loader import load_dit

@@ -11,7 +11,8 @@ from wan_core.config import DIT_PRESETS
 from wan_core.demo import tiny_random_models
 from wan_core.dit.model import WanDiT
 from wan_core.pipeline import GenerationConfig, WanPipeline
-from wan_core.wan22 import I2V_A14B, WanMoE
+from wan_core.dit.moe import WanMoE
+from wan_core.variants import I2V_A14B
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +29,8 @@ def test_i2v_a14b_moe_and_image_to_video_without_clip(node):
     cfg = DIT_PRESETS["tiny"].replace(text_dim=te.text_dim, in_dim=36)  # no image_dim: no CLIP, as I2V-A14B
     torch.manual_seed(1)
     high, low = WanDiT(cfg).eval(), WanDiT(cfg).eval()
-    (moe,) = node.wan22.MOE.run(high_noise_model=high, low_noise_model=low, boundary=I2V_A14B["boundary"],
-                                guidance_high=I2V_A14B["guidance_high"], guidance_low=I2V_A14B["guidance_low"])
+    (moe,) = node.wan22.MOE.run(high_noise_model=high, low_noise_model=low, boundary=I2V_A14B.boundary,
+                                guidance_high=I2V_A14B.guidance, guidance_low=I2V_A14B.guidance_low)
     image = torch.rand(1, 40, 56, 3, generator=torch.Generator().manual_seed(4))
     cond, latent = node.i2v.IMAGE_TO_VIDEO.run(vae=vae, start_image=image, width=64, height=48, frames=5)
     assert cond.clip_tokens is None and cond.image_latent.shape == (1, 20, 2, 6, 8)
@@ -39,14 +40,14 @@ def test_i2v_a14b_moe_and_image_to_video_without_clip(node):
              for n, m in (("high", high), ("low", low))]
     try:
         (out,) = node.sampler.sample(moe, embeds, latent, seed=3, steps=6, guidance=1.0,
-                                     shift=I2V_A14B["shift"], image_cond=cond)
+                                     shift=I2V_A14B.shift, image_cond=cond)
     finally:
         for h in hooks:
             h.remove()
     assert calls["high"] > 0 and calls["low"] > 0
-    ref_moe = WanMoE(high, low, boundary=I2V_A14B["boundary"], guidance=(3.5, 3.5))
+    ref_moe = WanMoE(high, low, boundary=I2V_A14B.boundary, guidance=(3.5, 3.5))
     pipe = WanPipeline(ref_moe, vae, te)
-    gen = GenerationConfig(width=64, height=48, frames=5, steps=6, guidance=3.5, shift=I2V_A14B["shift"], seed=3)
+    gen = GenerationConfig(width=64, height=48, frames=5, steps=6, guidance=3.5, shift=I2V_A14B.shift, seed=3)
     with torch.no_grad():
         ref = pipe.sample_latents(embeds["cond"], embeds["uncond"], gen, image=pipe.image_condition(image, gen))
     torch.testing.assert_close(out["samples"], ref, rtol=1e-5, atol=1e-5)

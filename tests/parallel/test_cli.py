@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wan_core.__main__ import main
+from wan_core.cli.app import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from wan_core.dit.loader import load_dit
 from wan_core.dit.model import WanDiT
 from wan_core.pipeline import GenerationConfig, WanPipeline as CorePipeline
 from wan_core.sampling import make_noise
-from wan_core.wan22 import WanMoE
+from wan_core.dit.moe import WanMoE
 
 from .test_vs_diffusers import _randomize, rel_err
 
@@ -133,7 +133,7 @@ def test_i2v_a14b_experts_with_an_image_condition():
     """Wan 2.2 I2V-A14B: two 36-channel experts without a CLIP embedding (boundary 0.9,
     Wan2.2 wan/configs/wan_i2v_A14B.py line 36) sample with the image conditioning passed to both."""
     from wan_core.demo import tiny_random_models
-    from wan_core.wan22 import I2V_A14B
+    from wan_core.variants import I2V_A14B
 
     _dit, vae, _te = tiny_random_models(seed=0)
     cfg_i2v = DIT.replace(in_dim=36)
@@ -142,9 +142,9 @@ def test_i2v_a14b_experts_with_an_image_condition():
     calls = {"high": 0, "low": 0}
     hooks = [m.register_forward_hook(lambda *_a, n=n: calls.__setitem__(n, calls[n] + 1))
              for n, m in (("high", high), ("low", low))]
-    moe = WanMoE(high, low, boundary=I2V_A14B["boundary"], guidance=(3.5, 3.5))
+    moe = WanMoE(high, low, boundary=I2V_A14B.boundary, guidance=(3.5, 3.5))
     pipe = CorePipeline(moe, vae)
-    cfg = GenerationConfig(width=32, height=32, frames=5, steps=6, shift=I2V_A14B["shift"], seed=2)
+    cfg = GenerationConfig(width=32, height=32, frames=5, steps=6, shift=I2V_A14B.shift, seed=2)
     image = torch.rand(1, 32, 32, 3, generator=torch.Generator().manual_seed(3))
     g = torch.Generator().manual_seed(4)
     cond, uncond = [torch.randn(5, DIT.text_dim, generator=g)], [torch.randn(3, DIT.text_dim, generator=g)]

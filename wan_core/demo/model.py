@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..config import DiTConfig, TextEncoderConfig
 from ..vae.config import VAEConfig
+from ..variants import VARIANTS
 
 DEMO_TEXT_ENCODER = TextEncoderConfig(vocab_size=32, d_model=64, d_kv=16, num_heads=4, d_ff=128, num_layers=2,
                                       name="wancore-demo")
@@ -23,22 +24,22 @@ DEMO_DIT = DiTConfig(dim=256, ffn_dim=512, num_heads=2, num_layers=6, text_dim=D
                      text_len=32, name="wancore-demo")
 
 
+_TUNED = VARIANTS["wancore-demo"].sampling  # the variants table holds the values and why they were chosen
+
+
 @dataclass(frozen=True)
 class DemoDefaults:
     """Generation settings the demo model was tuned for (64x64, 17 frames: what it was trained on most)."""
 
-    width: int = 64
-    height: int = 64
-    frames: int = 17
-    steps: int = 20
-    # 6 rather than 4, chosen on 120 validation pairs (`data.held_out(6)[120:]`, docs/demo_model.md): run 5
-    # followed 75.8 / 81.7 / 78.3 % of them at guidance 4 / 6 / 8 (the random-encoder model before it:
-    # 75.8 / 79.2 / 80.8 %); run 7 followed 89.2 / 87.5 / 89.2 / 87.5 / 86.7 % at 4 / 5 / 6 / 7 / 8: flat
-    guidance: float = 6.0
-    shift: float = 3.0
-    fps: int = 8
+    width: int = _TUNED.width
+    height: int = _TUNED.height
+    frames: int = _TUNED.frames
+    steps: int = _TUNED.steps
+    guidance: float = _TUNED.guidance
+    shift: float = _TUNED.shift
+    fps: int = _TUNED.fps
     solver: str = "unipc"
-    negative_prompt: str = ""
+    negative_prompt: str = _TUNED.negative_prompt or ""
 
 
 DEMO_DEFAULTS = DemoDefaults()

@@ -36,9 +36,9 @@ import torch
 
 from . import data as D
 from ._trainable import autograd_safe_vae
-from ..dit.loader import FLOAT_WEIGHTS  # dtypes by name: DemoTrainConfig.dit_file_dtype
+from ..dit.options import FLOAT_WEIGHTS  # dtypes by name: DemoTrainConfig.dit_file_dtype
 from ..train.loop import check_attention_kernel  # DemoTrainConfig.dit_attention_kernel, checked before stage 1
-from ..train_demo_cli import add_arguments as add_arguments  # the command's flags (torch-free)
+from ..cli.train_demo import add_arguments as add_arguments  # the command's flags (torch-free)
 from .model import DEMO_DEFAULTS, DEMO_DIT, DEMO_TEXT_ENCODER, DEMO_VAE
 
 

@@ -26,8 +26,8 @@ from .embeddings import pad_context, patchify, time_embed, unpatchify
 from .image import ImageEmbedding, check_image_inputs
 from .rope import rope_frequencies
 
-if TYPE_CHECKING:  # the loader imports this module
-    from .loader import ModelOptions
+if TYPE_CHECKING:
+    from .options import ModelOptions
 
 
 class WanDiT(nn.Module):

@@ -3,7 +3,7 @@
 ``ParallelConfig`` / ``build_groups`` make the process groups, ``context_parallel(dit, groups)`` a parallel view of
 a DiT that every rank calls with the same inputs, ``usp_attention`` the attention itself, ``WorkerPool`` /
 ``get_pool`` the driving-process pool used by the ComfyUI node. Names resolve on first use, so the CLI can
-import ``wan_core.parallel.cli`` without torch.
+import ``wan_core.cli.parallel`` without torch.
 """
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wan_core.__main__ import main
+from wan_core.cli.app import main
 from wan_core.demo import tiny_random_models, tiny_tokenizer_bytes
-from wan_core.video_io import read_metadata
+from wan_core.cli.video_io import read_metadata
 
 from ..lora.helpers import official_file, random_lora
 
@@ -124,7 +124,7 @@ def test_one_expert_loras_equal_merging_by_hand(files, tmp_path, capsys):
 
 
 def _tiny_moe(seed: int):
-    from wan_core.wan22 import WanMoE
+    from wan_core.dit.moe import WanMoE
 
     dit = tiny_random_models(seed=seed)[0]
     low = copy.deepcopy(dit)
@@ -139,7 +139,7 @@ def test_block_swap_on_each_expert_same_latents(blocks, prefetch):
     """``wan22_cli.swap_experts`` (what --blocks-to-swap does on a GPU), the CPU standing in for both devices: each
     expert streams its swapped blocks (at most prefetch + 1 resident), the latents equal the unswapped run's."""
     from wan_core.pipeline import GenerationConfig, WanPipeline
-    from wan_core.wan22_cli import swap_experts
+    from wan_core.cli.wan22 import swap_experts
 
     moe = _tiny_moe(5)
     plain = copy.deepcopy(moe)
@@ -161,7 +161,7 @@ def test_block_swap_on_each_expert_same_latents(blocks, prefetch):
 
 def test_i2v_a14b_experts_from_the_command_line(files, tmp_path, capsys):
     """--image with two 36-channel experts without CLIP (Wan 2.2 I2V-A14B): the video is written with the official
-    I2V-A14B shift 5 and guidance 3.5 (Wan2.2 wan/configs/wan_i2v_A14B.py, wan_core.wan22_settings)."""
+    I2V-A14B shift 5 and guidance 3.5 (Wan2.2 wan/configs/wan_i2v_A14B.py, wan_core.variants)."""
     out = tmp_path / "i2v.webp"
     err = _run(capsys, files["i2v_high"], files["i2v_low"], out, "--vae", str(files["vae"]), "--text-encoder",
                str(files["te"]), "--image", str(files["image"]))
@@ -171,8 +171,8 @@ def test_i2v_a14b_experts_from_the_command_line(files, tmp_path, capsys):
 
 
 def test_i2v_a14b_settings_follow_the_image():
-    from wan_core import wan22_cli
-    from wan_core.wan22_settings import I2V_A14B, T2V_A14B
+    from wan_core.cli import wan22 as wan22_cli
+    from wan_core.variants import I2V_A14B, T2V_A14B
 
     args = argparse.Namespace(dit_high="h", dit_low="l", image="start.png")
     assert wan22_cli.a14b_settings(args) is I2V_A14B
@@ -203,7 +203,7 @@ def test_move_and_release_of_swapped_experts():
     """A ``WanMoE`` whose experts swap blocks moves each expert's resident parts only ('meta' standing in for the
     GPU, as tests/memory/test_offload.py does), and ``release`` drops both swaps with the weights."""
     from wan_core.memory.offload import move, release, resident_parts
-    from wan_core.wan22_cli import swap_experts
+    from wan_core.cli.wan22 import swap_experts
 
     moe = _tiny_moe(6)
     swaps = swap_experts(moe, 1, 1, torch.device("cpu"))

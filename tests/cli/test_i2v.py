@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wan_core import __main__ as cli
+from wan_core.cli import app as cli
 
 CLIP = 24
 

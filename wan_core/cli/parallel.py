@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # torch is imported when the command runs, not when the parser is built
     import torch
 
-    from .groups import ParallelConfig
+    from ..parallel.groups import ParallelConfig
 
 
 def add_arguments(parser: Any) -> None:
@@ -35,14 +35,14 @@ def requested(args: Any) -> bool:
 
 
 def config_of(args: Any) -> "ParallelConfig":
-    from .groups import ParallelConfig
+    from ..parallel.groups import ParallelConfig
 
     return ParallelConfig(args.ulysses, args.ring, 2 if args.cfg_parallel else 1)
 
 
 def problems(args: Any) -> list[str]:
     """Usage problems found before anything loads (degrees vs torchrun's WORLD_SIZE)."""
-    from .groups import check_degrees
+    from ..parallel.groups import check_degrees
 
     try:
         config = config_of(args)
@@ -86,19 +86,19 @@ def wrap(dit: Any, args: Any) -> Any:
     """The context-parallel view of ``dit`` for this torchrun group (the DiT unchanged for one process)."""
     import torch.distributed as dist
 
-    from .groups import build_groups, check_degrees
+    from ..parallel.groups import build_groups, check_degrees
 
     if not dist.is_initialized():
         return dit
     config = config_of(args)
     if getattr(args, "fsdp", False):
-        from .fsdp import shard_dit
+        from ..parallel.fsdp import shard_dit
 
         dit = shard_dit(dit)
         if config.world_size == 1:
             return dit  # weights sharded, every rank computes the whole sequence
     check_degrees(config, dist.get_world_size(), int(dit.config.num_heads))
-    from .dit import context_parallel
+    from ..parallel.dit import context_parallel
 
     return context_parallel(dit, build_groups(config))
 
@@ -110,7 +110,7 @@ def decode(pipe: Any, latents: Any, tiling: str, progress=None) -> Any:
 
     if not dist.is_initialized() or dist.get_world_size() == 1 or tiling == "off" or pipe.vae is None:
         return pipe.decode(latents, tiling=tiling, progress=progress)
-    from .vae import distributed_decode
+    from ..parallel.vae import distributed_decode
 
     vae = pipe.vae
     video = distributed_decode(vae, latents.to(vae.device), tile=32, overlap=8,

@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wan_core import __main__ as cli
-from wan_core.model_files import find_model, identify
+from wan_core.cli import app as cli
+from wan_core.cli.model_files import find_model, identify
 
 
 class Loaded(Exception):

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from . import latent_format
-from .progress import InterruptFn, ProgressFn
+from .. import latent_format
+from ..progress import InterruptFn, ProgressFn
 
 __all__ = ["ImageCondition", "check_image_model", "check_image_request", "condition_mask", "conditioning_video",
            "image_condition", "load_image", "official_size", "resize_image"]
@@ -100,9 +100,7 @@ def image_condition(vae, image: torch.Tensor, width: int, height: int, frames: i
     ``vae``: a ``WanVAE``; ``clip_vision``: a ``CLIPVisionEncoder`` (None for models without ``img_emb``); it sees
     the images as given, not resized (the official code encodes the original image). Returns an
     ``ImageCondition`` on the CPU in float32."""
-    from .pipeline import check_video_size
-
-    check_video_size(width, height, frames)
+    latent_format.check_video_size(width, height, frames)
     if last_image is not None and frames < 2:
         raise ValueError("a last image needs a video of at least 5 frames")
     first = resize_image(image, width, height)

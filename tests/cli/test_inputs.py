@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from wan_core import __main__ as cli
+from wan_core.cli import app as cli
 
 
 class Loaded(Exception):

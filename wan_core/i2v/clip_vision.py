@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import (CheckpointError, LazyStateDict, Source, check_shapes, describe_keys, materialize,
+from ..checkpoint import (CheckpointError, LazyStateDict, Source, check_shapes, describe_keys, materialize,
                          open_checkpoint)
 
 __all__ = ["CLIP_MEAN", "CLIP_STD", "CLIPVisionEncoder", "load_clip_vision", "preprocess"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wan_core import __main__ as cli
+from wan_core.cli import app as cli
 
 
 class Loaded(Exception):

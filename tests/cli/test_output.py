@@ -10,12 +10,12 @@ import time
 import pytest
 import torch
 
-from wan_core import __main__ as cli
-from wan_core.video_io import OUTPUT_FORMATS, read_metadata, write_video
+from wan_core.cli import app as cli
+from wan_core.cli.video_io import OUTPUT_FORMATS, read_metadata, write_video
 
 
 def test_help_is_fast_and_does_not_import_torch():
-    code = ("import sys, time; t = time.perf_counter(); from wan_core.__main__ import build_parser; "
+    code = ("import sys, time; t = time.perf_counter(); from wan_core.cli.app import build_parser; "
             "h = build_parser()._subparsers._group_actions[0].choices['generate'].format_help(); "
             "print('torch' in sys.modules, time.perf_counter() - t)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)

@@ -10,15 +10,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .wan22_settings import I2V_A14B, T2V_A14B, TI2V_5B
+from ..variants import I2V_A14B, T2V_A14B, TI2V_5B, SamplingDefaults
 
-A14B_DEFAULTS = {"steps": T2V_A14B["steps"], "shift": T2V_A14B["shift"], "guidance": T2V_A14B["guidance_high"],
-                 "fps": T2V_A14B["fps"]}
-I2V_A14B_DEFAULTS = {"steps": I2V_A14B["steps"], "shift": I2V_A14B["shift"], "guidance": I2V_A14B["guidance_high"],
-                     "fps": I2V_A14B["fps"]}
-TI2V_DEFAULTS = {"width": TI2V_5B["width"], "height": TI2V_5B["height"], "frames": TI2V_5B["frames"],
-                 "steps": TI2V_5B["steps"], "guidance": TI2V_5B["guidance"], "shift": TI2V_5B["shift"],
-                 "fps": TI2V_5B["fps"]}
+A14B_DEFAULTS = {"steps": T2V_A14B.steps, "shift": T2V_A14B.shift, "guidance": T2V_A14B.guidance,
+                 "fps": T2V_A14B.fps}
+I2V_A14B_DEFAULTS = {"steps": I2V_A14B.steps, "shift": I2V_A14B.shift, "guidance": I2V_A14B.guidance,
+                     "fps": I2V_A14B.fps}
+TI2V_DEFAULTS = {"width": TI2V_5B.width, "height": TI2V_5B.height, "frames": TI2V_5B.frames,
+                 "steps": TI2V_5B.steps, "guidance": TI2V_5B.guidance, "shift": TI2V_5B.shift,
+                 "fps": TI2V_5B.fps}
 
 
 def add_arguments(group) -> None:
@@ -41,9 +41,9 @@ def is_moe(args) -> bool:
     return bool(getattr(args, "dit_high", None) or getattr(args, "dit_low", None))
 
 
-def a14b_settings(args) -> dict:
+def a14b_settings(args) -> SamplingDefaults:
     """The official settings of the experts' model: I2V-A14B with --image (boundary 0.9, shift 5, guidance
-    3.5 / 3.5), else T2V-A14B (0.875, shift 12, 4.0 / 3.0); ``wan_core.wan22_settings`` cites the configs."""
+    3.5 / 3.5), else T2V-A14B (0.875, shift 12, 4.0 / 3.0); ``wan_core.variants`` cites the configs."""
     return I2V_A14B if getattr(args, "image", None) else T2V_A14B
 
 
@@ -91,7 +91,7 @@ def problems(args) -> list[str]:
             out.append(f"--{flag.replace('_', '-')} {value}: no such file or folder")
     if args.boundary is not None and not 0.0 < args.boundary < 1.0:
         out.append(f"--boundary {args.boundary}: must lie between 0 and 1 (T2V 0.875, I2V 0.9)")
-    low = a14b_settings(args)["guidance_low"] if args.guidance_low is None else args.guidance_low
+    low = a14b_settings(args).guidance_low if args.guidance_low is None else args.guidance_low
     if not math.isfinite(low) or low < 0:
         out.append(f"--guidance-low {low}: must be a finite number >= 0")
     elif (args.guidance == 1.0) != (low == 1.0):
@@ -124,17 +124,17 @@ def with_low_noise_expert(args, dit, accel: dict):
     CPU when sampling runs on a GPU (moved at the switch, the high-noise one moved out)."""
     if not is_moe(args):
         return dit
-    from . import load_dit
+    from .. import load_dit
     from .model_files import identify
-    from .wan22 import WanMoE
+    from ..dit.moe import WanMoE
 
     print(f"wan_core: low-noise expert: {args.dit_low} ({identify(Path(args.dit_low).expanduser(), 'dit').what})",
           file=sys.stderr)
     on_gpu = dit.device.type == "cuda"
     low = load_dit(Path(args.dit_low).expanduser(), dtype=dit.dtype, device="cpu" if on_gpu else dit.device, **accel)
     official = a14b_settings(args)  # I2V-A14B with --image, else T2V-A14B
-    guidance = (args.guidance, official["guidance_low"] if args.guidance_low is None else args.guidance_low)
-    boundary = official["boundary"] if args.boundary is None else args.boundary
+    guidance = (args.guidance, official.guidance_low if args.guidance_low is None else args.guidance_low)
+    boundary = official.boundary if args.boundary is None else args.boundary
     return WanMoE(dit, low, boundary=boundary, guidance=guidance, offload_device="cpu" if on_gpu else None)
 
 
@@ -156,7 +156,7 @@ def lora_targets(args, dit) -> list[tuple[str, str, Any]]:
 def experts(dit) -> list[tuple[str, Any]]:
     """``[("", dit)]``, or ``[("high-noise expert: ", high), ("low-noise expert: ", low)]`` for a ``WanMoE``: what
     --lora patches (each expert gets every LoRA, docs/wan22.md section 6)."""
-    from .wan22 import is_moe as model_is_moe
+    from ..dit.moe import is_moe as model_is_moe
 
     if not model_is_moe(dit):
         return [("", dit)]
@@ -168,7 +168,7 @@ def swap_experts(moe, blocks_to_swap: int, prefetch: int, device) -> list:
     blocks of each in (pinned) CPU memory, streamed to ``device``. With ``moe.offload_device`` set, only the
     high-noise expert's resident parts go to ``device`` now; the low-noise expert's follow at the switch
     (``WanMoE.activate`` moves resident parts only). Returns the two ``BlockSwap`` objects (high, low)."""
-    from .memory import enable_block_swap
+    from ..memory import enable_block_swap
 
     swaps = []
     for name in ("high", "low"):
@@ -182,9 +182,9 @@ def prepare_dit(args, dit, device, prepare: Callable) -> None:
     """``prepare(args, dit, device)`` (``__main__.prepare_dit``) on a plain DiT. A ``WanMoE``: block swap on each
     expert (--blocks-to-swap on a GPU) or the high-noise expert moved in (the low-noise one waits on the CPU
     when ``offload_device`` is set), then --compile-blocks on both."""
-    from .memory import compile_blocks
-    from .memory.offload import move
-    from .wan22 import is_moe as model_is_moe
+    from ..memory import compile_blocks
+    from ..memory.offload import move
+    from ..dit.moe import is_moe as model_is_moe
 
     if not model_is_moe(dit):
         prepare(args, dit, device)
@@ -216,8 +216,8 @@ def first_frame(args, cfg, vae, device):
         return None
     import torch
 
-    from .i2v import load_image, resize_image
-    from .memory.offload import move
+    from ..i2v import load_image, resize_image
+    from ..memory.offload import move
 
     frame = resize_image(load_image(path), cfg.width, cfg.height)  # [1, 3, H, W] in [-1, 1]
     rest = vae.device  # where the offload policy keeps the VAE until decoding

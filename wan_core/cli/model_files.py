@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import (
+from ..checkpoint import (
     PICKLE_EXTS,
     SAFETENSORS_EXTS,
     CheckpointError,
@@ -67,9 +67,9 @@ def identify(path: str | Path, part: str) -> ModelFile:
 
 
 def _identify_dit(path: Path) -> ModelFile:
-    from .config import detect_dit_config
-    from .dit.loader import official_state_dict
-    from .estimate import MODELS
+    from ..config import detect_dit_config
+    from ..dit.loader import official_state_dict
+    from ..estimate import MODELS
 
     sd = official_state_dict(path)
     cfg = detect_dit_config({k: sd.shape(k) for k in sd if not is_quant_aux_key(k)})
@@ -91,9 +91,9 @@ def _identify_dit(path: Path) -> ModelFile:
 
 
 def _identify_image_dit(path: Path, part: str) -> ModelFile:
-    from .config import detect_dit_config
-    from .dit.loader import official_state_dict
-    from .estimate import MODELS
+    from ..config import detect_dit_config
+    from ..dit.loader import official_state_dict
+    from ..estimate import MODELS
 
     sd = official_state_dict(path)
     cfg = detect_dit_config({k: sd.shape(k) for k in sd if not is_quant_aux_key(k)})
@@ -113,7 +113,7 @@ def _identify_image_dit(path: Path, part: str) -> ModelFile:
 
 
 def _identify_clip_vision(path: Path) -> ModelFile:
-    from .clip_vision import _vision_state_dict
+    from ..i2v.clip_vision import _vision_state_dict
 
     sd = _vision_state_dict(path)
     hidden = sd.shape("vision_model.embeddings.patch_embedding.weight")[0]
@@ -121,9 +121,9 @@ def _identify_clip_vision(path: Path) -> ModelFile:
 
 
 def _identify_vae(path: Path) -> ModelFile:
-    from .checkpoint import describe_keys, strip_prefix
-    from .vae.config import detect_vae_config
-    from .vae.keys import DIFFUSERS, PREFIXES, detect_key_format, to_official
+    from ..checkpoint import describe_keys, strip_prefix
+    from ..vae.config import detect_vae_config
+    from ..vae.keys import DIFFUSERS, PREFIXES, detect_key_format, to_official
 
     sd = strip_prefix(open_checkpoint(path, subfolder="vae"), PREFIXES)
     fmt = detect_key_format(sd)
@@ -141,8 +141,8 @@ def _identify_vae(path: Path) -> ModelFile:
 
 
 def _identify_text_encoder(path: Path) -> ModelFile:
-    from .checkpoint import describe_keys, strip_prefix
-    from .text.keys import COMFY_PREFIXES, detect_naming, find_spiece_key
+    from ..checkpoint import describe_keys, strip_prefix
+    from ..text.keys import COMFY_PREFIXES, detect_naming, find_spiece_key
 
     if path.is_dir() and not (path / "config.json").exists() and (path / "text_encoder").is_dir():
         path = path / "text_encoder"

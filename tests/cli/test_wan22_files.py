@@ -9,7 +9,7 @@ from safetensors.torch import save_file
 from wan_core.config import DiTConfig
 from wan_core.demo import random_vae_model
 from wan_core.dit.model import WanDiT
-from wan_core.model_files import expert_from_name, find_model, identify
+from wan_core.cli.model_files import expert_from_name, find_model, identify
 from wan_core.vae import TINY_VAE, TINY_VAE22
 
 

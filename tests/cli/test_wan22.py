@@ -7,11 +7,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wan_core.__main__ import main
+from wan_core.cli.app import main
 from wan_core.demo import random_vae_model, tiny_random_models, tiny_tokenizer_bytes
 from wan_core.dit.model import WanDiT
 from wan_core.vae import TINY_VAE22
-from wan_core.video_io import read_metadata
+from wan_core.cli.video_io import read_metadata
 
 
 @pytest.fixture(scope="module")
