@@ -56,8 +56,8 @@ def first_sentence(docstring: str) -> str:
 
 
 def shorten(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters: citing parentheses dropped from the end first, then cut after
-    a clause (``: ``, ``; ``, ``, ``) or a word, marked with an ellipsis."""
+    """``text`` in at most ``width`` characters: citing parentheses dropped from the end first, then cut at the
+    last clause boundary (``: ``, ``; ``, ``, ``) past half the width, else after a word with an ellipsis."""
     while len(text) > width:
         spans = [m for m in _PARENTHESIS.finditer(text) if _CITES.search(m.group())]
         if not spans:
@@ -70,8 +70,11 @@ def shorten(text: str, width: int) -> str:
     for sep in (": ", "; ", ", "):
         at = cut.rfind(sep)
         if at > width // 2:
-            return cut[:at] + " …"
-    return cut[: cut.rfind(" ")] + " …"
+            return cut[:at]
+    cut = cut[: cut.rfind(" ")]
+    if cut.count("(") > cut.count(")"):  # no parenthesis left open
+        cut = cut[: cut.rfind("(")].rstrip()
+    return cut + " …"
 
 
 def _docstring(path: Path) -> str | None:

@@ -72,7 +72,9 @@ def test_first_sentence(doc, sentence):
 
 def test_shorten_drops_citations_then_cuts_a_clause():
     assert layout_map.shorten("A thing (docs/design.md section 2) that does y", 30) == "A thing that does y"
-    assert layout_map.shorten("Guidance: v = a (b - c), as a function of the loop", 30) == "Guidance: v = a (b - c) …"
+    assert layout_map.shorten("Guidance: v = a (b - c), as a function of the loop", 30) == "Guidance: v = a (b - c)"
+    assert layout_map.shorten("One long sentence without any clause boundary", 30) == "One long sentence without …"
+    assert layout_map.shorten("Counts what it does (the canvas shows them)", 30) == "Counts what it does …"
     assert layout_map.shorten("short", 30) == "short"
 
 
