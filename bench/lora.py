@@ -20,6 +20,7 @@ import torch
 from wan_core import apply_lora, remove_loras
 from wan_core.config import DiTConfig
 from wan_core.dit.model import WanDiT
+from wan_core.lora.stack import lora_state
 from wan_core.quant.fp8 import parameter_bytes, quantize_linears
 
 
@@ -102,7 +103,7 @@ def main(argv=None) -> None:
         merge_s, restore_s = min(merge_times), min(restore_times)
         apply_lora(dit, lora)
         backup = sum(a.numel() * a.element_size() + (0 if s is None else s.numel() * s.element_size())
-                     for a, s in dit.wancore_lora_state.backups.values())
+                     for a, s in lora_state(dit).backups.values())
         merged = block_output(dit, x, e0, ctx, freqs)
         remove_loras(dit)
         t_plain = best(lambda d=dit: block_output(d, x, e0, ctx, freqs), args.repeats)

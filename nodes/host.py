@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from wan_core import progress as _progress
+from wan_core.memory.swap import block_swap_of
 
 try:  # ComfyUI present
     import folder_paths as _folder_paths
@@ -380,7 +381,7 @@ def _swap_headroom(model) -> int:
     """Device bytes a block-swapped DiT needs beyond its resident weights: prefetch + 1 blocks in flight."""
     module = _module_of(model)
     parts = [module, *module.children()] if module is not None else []  # a WanMoE: one expert runs at a time
-    swaps = [s for s in (getattr(m, "block_swap", None) for m in parts) if s is not None]
+    swaps = [s for s in (block_swap_of(m) for m in parts) if s is not None]
     return max(((s.prefetch + 1) * s.stats.block_bytes for s in swaps), default=0)
 
 

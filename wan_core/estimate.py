@@ -26,16 +26,32 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-# Released Wan 2.1 T2V DiT sizes (docs/wan_spec.md section 1.1; docs/comfyui.md section 7.2); a Wan 2.2 A14B expert
-# is the 14B. The Wan 2.2 TI2V-5B overrides FIXED's latent geometry: 48 channels at 16x (docs/wan22.md section 1).
-MODELS: dict[str, dict[str, int]] = {
-    "1.3B": {"dim": 1536, "ffn_dim": 8960, "num_heads": 12, "num_layers": 30},
-    "14B": {"dim": 5120, "ffn_dim": 13824, "num_heads": 40, "num_layers": 40},
-    "5B": {"dim": 3072, "ffn_dim": 14336, "num_heads": 24, "num_layers": 30, "in_dim": 48, "out_dim": 48,
-           "latent_channels": 48, "vae_space": 16},
-}
+from .variants import VARIANTS, Variant
+
 FIXED: dict[str, Any] = {"in_dim": 16, "out_dim": 16, "text_dim": 4096, "freq_dim": 256, "text_len": 512,
          "patch": (1, 2, 2), "latent_channels": 16, "vae_time": 4, "vae_space": 8}
+# Spatial compression of each VAE (as wan_core.latent_format, which needs torch): Wan 2.2's is 16x.
+VAE_SPACE = {"wan2.1": 8, "wan2.2": 16}
+# The released DiT sizes (docs/wan_spec.md section 1.1; docs/comfyui.md section 7.2); a Wan 2.2 A14B expert is
+# the 14B, and the Wan 2.2 TI2V-5B overrides FIXED's latent geometry: 48 channels at 16x (docs/wan22.md section 1).
+SIZES = ("1.3B", "14B", "5B")
+
+
+def _size_row(variant: Variant) -> dict[str, int]:
+    """A size's DiT shape from its variant's config, plus what differs from ``FIXED``."""
+    config = variant.config
+    assert config is not None, variant.name
+    row = {"dim": config.dim, "ffn_dim": config.ffn_dim, "num_heads": config.num_heads,
+           "num_layers": config.num_layers}
+    own = {"in_dim": config.in_dim, "out_dim": config.out_dim, "latent_channels": config.out_dim,
+           "vae_space": VAE_SPACE[variant.vae]}
+    row.update({key: value for key, value in own.items() if value != FIXED[key]})
+    return row
+
+
+# Each size from the first variant of that size in the table (T2V 1.3B, T2V 14B, TI2V 5B).
+MODELS: dict[str, dict[str, int]] = {
+    size: _size_row(next(v for v in VARIANTS.values() if v.size == size)) for size in SIZES}
 DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}  # bytes per stored weight
 SKIPARSE = ("none", "osp13", "suv", "custom")
 SUV_PROFILE = (1, 2, 4, 8, 4, 2, 1)  # Open-Sora Plan v1.5 per-stage ratios (as wan_core.attention.skiparse)
@@ -145,6 +161,31 @@ def compute_bytes(dtype: str) -> int:
 
 # ---------------------------------------------------------------- the estimate
 
+def _step_flops(model: str, b: int, tokens: int, ks: Sequence[int],
+                forwards: int) -> tuple[float, float, float, float]:
+    """FLOPs of one sampling step of ``b`` samples of ``tokens`` video tokens, blocks sparse by ``ks``:
+    (self-attention dense, self-attention with the schedule, cross-attention, linear layers)."""
+    c = MODELS[model]
+    d, f, n = c["dim"], c["ffn_dim"], c["num_layers"]
+    pt, ph, pw = FIXED["patch"]
+    text = FIXED["text_len"]
+    dense_block = 4.0 * b * tokens * tokens * d
+    sparse = 0.0
+    for k in ks:
+        if k == 1:
+            sparse += dense_block
+        else:
+            padded = tokens + (k * k - tokens % (k * k)) % (k * k)
+            sparse += 4.0 * b * padded * padded * d / k
+    attn_dense = forwards * n * dense_block
+    attn = forwards * sparse
+    cross = forwards * n * 4.0 * b * tokens * text * d
+    per_block_linear = 2.0 * b * (tokens * (6 * d * d + 2 * d * f) + text * 2 * d * d)
+    embed = 2.0 * b * tokens * d * (spec(model, "in_dim") * pt * ph * pw + spec(model, "out_dim") * pt * ph * pw)
+    linear = forwards * (n * per_block_linear + embed)
+    return attn_dense, attn, cross, linear
+
+
 def estimate(width: int = 832, height: int = 480, frames: int = 81, batch_size: int = 1, model: str = "1.3B",
              dtype: str = "bf16", skiparse: str = "none", skiparse_k: int = 4,
              skiparse_custom: Sequence[int] | None = None, steps: int = 30, guidance: float = 5.0) -> dict:
@@ -162,8 +203,7 @@ def estimate(width: int = 832, height: int = 480, frames: int = 81, batch_size: 
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
-    c = MODELS[model]
-    d, f, n = c["dim"], c["ffn_dim"], c["num_layers"]
+    n = MODELS[model]["num_layers"]
     space = spec(model, "vae_space")
     problems = size_problems(width, height, frames, 2 * space)
     t_lat = max(frames - 1, 0) // FIXED["vae_time"] + 1
@@ -173,24 +213,10 @@ def estimate(width: int = 832, height: int = 480, frames: int = 81, batch_size: 
     text = FIXED["text_len"]
     b = batch_size
     forwards = 1 if guidance == 1 else 2
-
     ks = skiparse_ks(skiparse, n, skiparse_k, skiparse_custom)
-    dense_block = 4.0 * b * tokens * tokens * d
-    sparse = 0.0
-    for k in ks:
-        if k == 1:
-            sparse += dense_block
-        else:
-            padded = tokens + (k * k - tokens % (k * k)) % (k * k)
-            sparse += 4.0 * b * padded * padded * d / k
-    attn_dense = forwards * n * dense_block
-    attn = forwards * sparse
-    cross = forwards * n * 4.0 * b * tokens * text * d
-    per_block_linear = 2.0 * b * (tokens * (6 * d * d + 2 * d * f) + text * 2 * d * d)
-    embed = 2.0 * b * tokens * d * (spec(model, "in_dim") * pt * ph * pw + spec(model, "out_dim") * pt * ph * pw)
-    linear = forwards * (n * per_block_linear + embed)
+    attn_dense, attn, cross, linear = _step_flops(model, b, tokens, ks, forwards)
     per_step = attn + cross + linear
-
+    d, f = MODELS[model]["dim"], MODELS[model]["ffn_dim"]
     act = compute_bytes(dtype)
     per_token = 8 * d + act * max(5 * d, 2 * f + d)
     activation = b * (tokens * per_token + text * d * act)

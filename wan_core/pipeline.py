@@ -20,7 +20,7 @@ from .cache import start_session
 from .i2v import ImageCondition, check_image_model, check_image_request, image_condition
 from .cache.moe import MoECacheReport
 from .cache.moe import attached as moe_attached
-from .dit.moe import EXPERTS, is_moe
+from .dit.moe import experts, is_moe
 from .latent_format import check_video_size, latent_geometry, pixel_multiple
 from .sampling.first_frame import FirstFrameGuidance, check_first_frame
 from .sampling.moe import MoEGuidance
@@ -197,6 +197,35 @@ def check_embeddings(embeds: Sequence[torch.Tensor], name: str, dit=None) -> Non
                               "bfloat16 or float32)")
 
 
+def _guidance_of(dit, expert: str, guidance: float) -> float:
+    """The guidance scale of ``dit``'s expert ``expert`` ("" = a plain DiT: ``guidance`` itself)."""
+    return dit.guidance_for(expert, guidance) if expert else guidance
+
+
+def _start_latents(cfg: GenerationConfig, schedule: Any, shape: tuple[int, ...], device: torch.device,
+                   latent: torch.Tensor | None, first_frame: torch.Tensor | None, dit=None,
+                   vae=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The normalised latent the sampler starts from (seeded noise, mixed with ``latent`` when
+    ``cfg.denoise < 1``) and the TI2V first frame's normalised latent (or None); ``shape`` ``[B, C, F, h, w]``."""
+    if latent is not None:
+        check_latent(latent, "start latent", dit=dit, vae=vae)
+        if tuple(latent.shape) != shape:
+            raise ValueError(f"start latent has shape {list(latent.shape)}, expected {list(shape)}")
+    noise = make_noise(cfg.seed, shape, device=device)
+    start = None
+    if latent is not None:
+        start = latent_format.to_model(latent.to(device, torch.float32))
+    elif cfg.denoise < 1.0:
+        raise ValueError(f"denoise={cfg.denoise} needs a start latent (encode a video first); "
+                         f"use denoise=1 for text-to-video")
+    x = initial_latent(noise, schedule, start)
+    z0 = None
+    if first_frame is not None:
+        check_first_frame(first_frame, shape, "first_frame")
+        z0 = latent_format.to_model(first_frame.to(device, torch.float32))
+    return x, z0
+
+
 class WanPipeline:
     """The three models plus the glue. Any model may be None when its stage is not used.
 
@@ -279,61 +308,47 @@ class WanPipeline:
             check_embeddings(uncond, "negative prompt embedding", self.dit)
         schedule = build_schedule(cfg.schedule_config())
         check_size_for_models(cfg.width, cfg.height, self.dit, self.vae)
-        if is_moe(self.dit):  # one cache session per expert (docs/wan22.md section 4)
-            sessions = {name: start_session(cache, self.dit.expert(name), schedule.num_steps,
-                                            self.dit.guidance_for(name, cfg.guidance)) for name in EXPERTS}
-            session = sessions["high"]
-        else:
-            session = start_session(cache, self.dit, schedule.num_steps, cfg.guidance)  # cache errors before work
+        # one cache session per expert (docs/wan22.md section 4); cache errors before any work
+        sessions = {name: start_session(cache, expert, schedule.num_steps, _guidance_of(self.dit, name, cfg.guidance))
+                    for name, expert in experts(self.dit)}
         channels, tf, sf = latent_geometry(self.dit, self.vae)
         shape = (len(cond), channels, (cfg.frames - 1) // tf + 1, cfg.height // sf, cfg.width // sf)
         check_image_model(self.dit, image, shape, source_name(self.dit, "the diffusion model"))
         device = self.dit.device if self.dit is not None else torch.device("cpu")
-        start = None
-        if latent is not None:
-            check_latent(latent, "start latent", dit=self.dit, vae=self.vae)
-            if tuple(latent.shape) != shape:
-                raise ValueError(f"start latent has shape {list(latent.shape)}, expected {list(shape)}")
-        noise = make_noise(cfg.seed, shape, device=device)
-        if latent is not None:
-            start = latent_format.to_model(latent.to(device, torch.float32))
-        elif cfg.denoise < 1.0:
-            raise ValueError(f"denoise={cfg.denoise} needs a start latent (encode a video first); "
-                             f"use denoise=1 for text-to-video")
-        x = initial_latent(noise, schedule, start)
-        z0 = None
-        if first_frame is not None:
-            check_first_frame(first_frame, shape, "first_frame")
-            z0 = latent_format.to_model(first_frame.to(device, torch.float32))
-        batched = cfg.batched_cfg or bool(getattr(self.dit, "wants_batched_cfg", False))  # CFG-parallel models
-        hooks = list(step_hooks)
-        if is_moe(self.dit):
-            moe = self.dit
-            guides = {name: ClassifierFreeGuidance(
-                self.velocity_model(image, moe.expert(name)), cond, uncond, moe.guidance_for(name, cfg.guidance),
-                batched=batched, cfg_cache=sessions[name].cfg_cache, branch_cache=sessions[name]) for name in EXPERTS}
-            guide: Any = MoEGuidance(moe, guides, schedule.timesteps.tolist(), device)
-            attached = moe_attached(sessions, moe)
-            experts = [moe.expert(name) for name in EXPERTS]
-        else:
-            guide = ClassifierFreeGuidance(self.velocity_model(image), cond, uncond, cfg.guidance, batched=batched,
-                                           cfg_cache=session.cfg_cache, branch_cache=session)
-            attached = session.attached(self.dit)
-            experts = [self.dit]
+        x, z0 = _start_latents(cfg, schedule, shape, device, latent, first_frame, self.dit, self.vae)
+        guide, attached = self._guide(cond, uncond, cfg, sessions, schedule, image, device)
+        expert_guide = guide
         if z0 is not None:
             guide = FirstFrameGuidance(guide, z0, tuple(self.dit.config.patch_size))
-        for dit in experts:
-            attention = getattr(dit, "attention", None)
+        hooks = list(step_hooks)
+        for _, expert in experts(self.dit):
+            attention = getattr(expert, "attention", None)
             if attention is not None and hasattr(attention, "begin_step"):
                 hooks.append(attention)
         with attached:
             x = sample(guide, x, schedule, cfg.solver, callback=callback, interrupt=interrupt, step_hooks=hooks)
         if z0 is not None:
             x = guide.conditioned(x)
-        self.cache_report = MoECacheReport({n: s.report for n, s in sessions.items()}) if is_moe(self.dit) \
-            else session.report
-        self.moe_steps = list(guide.steps) if is_moe(self.dit) else None  # expert per step ("high" / "low")
+        if is_moe(self.dit):
+            self.cache_report = MoECacheReport({n: s.report for n, s in sessions.items()})
+            self.moe_steps = list(expert_guide.steps)  # expert per step ("high" / "low")
+        else:
+            self.cache_report, self.moe_steps = sessions[""].report, None
         return latent_format.from_model(x)
+
+    def _guide(self, cond: list[torch.Tensor], uncond: list[torch.Tensor] | None, cfg: GenerationConfig,
+               sessions: dict[str, Any], schedule: Any, image: ImageCondition | None,
+               device: torch.device) -> tuple[Any, Any]:
+        """The velocity function of the run (classifier-free guidance per expert, switched by the timestep for a
+        ``WanMoE``) and the context that attaches each expert's cache session."""
+        batched = cfg.batched_cfg or bool(getattr(self.dit, "wants_batched_cfg", False))  # CFG-parallel models
+        guides = {name: ClassifierFreeGuidance(
+            self.velocity_model(image, expert), cond, uncond, _guidance_of(self.dit, name, cfg.guidance),
+            batched=batched, cfg_cache=sessions[name].cfg_cache, branch_cache=sessions[name])
+            for name, expert in experts(self.dit)}
+        if not is_moe(self.dit):
+            return guides[""], sessions[""].attached(self.dit)
+        return MoEGuidance(self.dit, guides, schedule.timesteps.tolist(), device), moe_attached(sessions, self.dit)
 
     def decode(self, latents: torch.Tensor, tiling: str = "auto", tile=None, overlap=None,
                progress: ProgressFn | None = None,
@@ -378,7 +393,7 @@ class WanPipeline:
             raise ValueError("a last image needs a start image too")
         else:
             check_image_model(self.dit, None, name=source_name(self.dit, "the diffusion model"))
-        guidances = [self.dit.guidance_for(n, cfg.guidance) for n in EXPERTS] if is_moe(self.dit) else [cfg.guidance]
+        guidances = [_guidance_of(self.dit, name, cfg.guidance) for name, _ in experts(self.dit)]
         cond, uncond = self.encode_prompts(cfg.prompts, cfg.negative_prompt,
                                            need_negative=any(g != 1.0 for g in guidances))
         latents = self.sample_latents(cond, uncond, cfg, callback=callback, interrupt=interrupt, image=condition)

@@ -13,7 +13,7 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 from wan_core.memory import compile as compile_mod
-from wan_core.memory import compile_blocks, enable_block_swap, uncompile_blocks
+from wan_core.memory import block_swap_of, compile_blocks, enable_block_swap, uncompile_blocks
 
 from .helpers import inputs, load
 
@@ -44,7 +44,7 @@ def test_one_compile_shared_by_all_blocks(swap):
     # 6 blocks, 2 steps: the first block's graph plus one with the block index dynamic, nothing per step
     assert counters["stats"]["unique_graphs"] <= 2
     if swap:
-        assert model.block_swap.stats.max_resident <= 2
+        assert block_swap_of(model).stats.max_resident <= 2
     uncompile_blocks(model)
     assert "forward" not in vars(model.blocks[0])
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from wan_core.memory import BlockSwap, check_swap_options, enable_block_swap
+from wan_core.memory import BlockSwap, block_swap_of, check_swap_options, enable_block_swap
 
 from .helpers import CFG, inputs, load
 
@@ -79,7 +79,7 @@ def test_modules_added_after_setup_travel_with_their_block():
         model(x, t, ctx)
     assert during and during[0] != home and extra.weight.data_ptr() == home
     swap.remove()
-    assert not hasattr(model, "block_swap")
+    assert block_swap_of(model) is None
 
 
 def test_text_kv_through_swapped_blocks():
@@ -91,7 +91,7 @@ def test_text_kv_through_swapped_blocks():
         kv = model.text_kv(ctx)
     assert all(torch.equal(a, b) for (a, _), (b, _) in zip(kv, ref))
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(kv, ref))
-    assert model.block_swap.resident() == []
+    assert block_swap_of(model).resident() == []
 
 
 def test_remove_restores_plain_model():

@@ -14,7 +14,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -26,8 +26,8 @@ AttentionFn = Callable[..., torch.Tensor]
 
 # The built-in backends (a test keeps the two equal); register_backend adds names, so parameters that take a
 # backend are typed ``Attention | str``.
-ATTENTION_BACKENDS = ("sdpa", "sage", "int8", "int8_fp8")
 Attention = Literal["sdpa", "sage", "int8", "int8_fp8"]
+ATTENTION_BACKENDS: tuple[str, ...] = get_args(Attention)
 
 
 @dataclass(frozen=True)

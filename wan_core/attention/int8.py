@@ -64,6 +64,37 @@ def _prepare_mask(mask: torch.Tensor | None, shape: tuple[int, int, int, int]) -
         raise ValueError(f"attn_mask of shape {list(mask.shape)} does not broadcast to {list(shape)}") from None
 
 
+def _quantize_v(v: torch.Tensor, pv: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """V ``[B, N, Lk, dv]`` as the P.V product sees it (float32 values on the fp16 or fp8 grid) and, for fp8, the
+    per-channel scale ``[B, N, 1, dv]`` that undoes it (None for fp16)."""
+    if pv == "fp16":
+        return v.to(torch.float16).float(), None
+    sv = v.float().abs().amax(dim=2, keepdim=True).div_(FP8_MAX).clamp_min_(_TINY)  # [B, N, 1, dv]
+    vq = (v.float() / sv).to(torch.float8_e4m3fn).float()
+    return vq, sv / FP8_MAX  # undo the static x448 of P as well
+
+
+def _softmax_pv(s: torch.Tensor, m: torch.Tensor | None, vq: torch.Tensor,
+                v_scale: torch.Tensor | None) -> torch.Tensor:
+    """One tile: scores ``s [rows, Lk]`` (float32, overwritten), its mask ``m`` (bool or additive, or None) ->
+    ``softmax(s) @ v`` ``[rows, dv]`` with P rounded to fp16, or to fp8 when ``v_scale`` is given; fully
+    masked rows give 0."""
+    if m is not None:
+        if m.dtype == torch.bool:
+            s.masked_fill_(~m, float("-inf"))
+        else:
+            s.add_(m)
+    row_max = s.amax(-1, keepdim=True)
+    row_max.masked_fill_(row_max == float("-inf"), 0.0)
+    p = s.sub_(row_max).exp_()
+    denom = p.sum(-1, keepdim=True).clamp_min_(_TINY)
+    if v_scale is None:
+        acc = p.to(torch.float16).float() @ vq
+    else:
+        acc = (p.mul_(FP8_MAX).to(torch.float8_e4m3fn).float() @ vq).mul_(v_scale)
+    return acc.div_(denom)
+
+
 def int8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
                    attn_mask: torch.Tensor | None = None, *, smooth_k: bool = True, pv: str = "fp16",
                    block_q: int = 128, block_k: int = 64, chunk_elems: int = 1 << 23) -> torch.Tensor:
@@ -93,12 +124,7 @@ def int8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     sq_tok = (sq * sm_scale).repeat_interleave(block_q, dim=-1)[..., :lq]  # [B, N, Lq]
     sk_tok = sk.repeat_interleave(block_k, dim=-1)[..., :lk]  # [B, N, Lk]
 
-    if pv == "fp16":
-        vq, v_scale = v.to(torch.float16).float(), None
-    else:
-        sv = v.float().abs().amax(dim=2, keepdim=True).div_(FP8_MAX).clamp_min_(_TINY)  # [B, N, 1, dv]
-        vq = (v.float() / sv).to(torch.float8_e4m3fn).float()
-        v_scale = sv / FP8_MAX  # undo the static x448 of P as well
+    vq, v_scale = _quantize_v(v, pv)
     mask = _prepare_mask(attn_mask, (b, n, lq, lk))
 
     out = torch.empty(b, n, lq, dv, dtype=torch.float32, device=q.device)
@@ -110,21 +136,8 @@ def int8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
                 r1 = min(r0 + rows, lq)
                 s = _int_matmul(q8[bi, hi, r0:r1], kt).float()
                 s.mul_(sq_tok[bi, hi, r0:r1, None]).mul_(sk_tok[bi, hi, None, :])
-                if mask is not None:
-                    m = mask[bi, hi, r0:r1]
-                    if m.dtype == torch.bool:
-                        s.masked_fill_(~m, float("-inf"))
-                    else:
-                        s.add_(m)
-                row_max = s.amax(-1, keepdim=True)
-                row_max.masked_fill_(row_max == float("-inf"), 0.0)
-                p = s.sub_(row_max).exp_()
-                denom = p.sum(-1, keepdim=True).clamp_min_(_TINY)
-                if v_scale is None:
-                    acc = p.to(torch.float16).float() @ vq[bi, hi]
-                else:
-                    acc = (p.mul_(FP8_MAX).to(torch.float8_e4m3fn).float() @ vq[bi, hi]).mul_(v_scale[bi, hi])
-                out[bi, hi, r0:r1] = acc.div_(denom)
+                out[bi, hi, r0:r1] = _softmax_pv(s, None if mask is None else mask[bi, hi, r0:r1], vq[bi, hi],
+                                                 None if v_scale is None else v_scale[bi, hi])
     return out.to(q.dtype)
 
 

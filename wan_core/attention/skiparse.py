@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, get_args
 from dataclasses import dataclass
 
 import torch
@@ -20,10 +20,10 @@ import torch.nn.functional as F
 
 from .steps import check_step_range, step_in_range
 
-MODES = ("single", "group")
-SCHEDULES = ("none", "osp13", "suv", "custom")
-SkiparseMode = Literal["single", "group"]  # mirrors MODES (a test keeps them equal)
-Skiparse = Literal["none", "osp13", "suv", "custom"]  # mirrors SCHEDULES
+SkiparseMode = Literal["single", "group"]
+Skiparse = Literal["none", "osp13", "suv", "custom"]
+MODES: tuple[str, ...] = get_args(SkiparseMode)
+SCHEDULES: tuple[str, ...] = get_args(Skiparse)
 SUV_PROFILE = (1, 2, 4, 8, 4, 2, 1)  # Open-Sora Plan v1.5 per-stage sparse ratios
 
 

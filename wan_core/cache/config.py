@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, replace
-from typing import Literal, cast
+from typing import Literal, cast, get_args
 
 from .calibration import Calibration
 
@@ -28,15 +28,15 @@ __all__ = [
     "CacheConfig",
 ]
 
-PRESETS = ("off", "exact", "wan", "teacache", "magcache", "easycache")
-METHODS = PRESETS + ("calibrate",)
-ATTENTION_CHOICES = ("extrapolate", "reuse", "off")
-TEACACHE_MODES = ("e", "e0")
-# the same choices as types (a test keeps each equal to its tuple)
 CachePreset = Literal["off", "exact", "wan", "teacache", "magcache", "easycache"]
 CacheMethod = Literal[CachePreset, "calibrate"]
 CacheAttention = Literal["extrapolate", "reuse", "off"]
 TeaCacheMode = Literal["e", "e0"]
+# the same choices as tuples, for validation and messages
+PRESETS: tuple[str, ...] = get_args(CachePreset)
+METHODS: tuple[str, ...] = get_args(CacheMethod)
+ATTENTION_CHOICES: tuple[str, ...] = get_args(CacheAttention)
+TEACACHE_MODES: tuple[str, ...] = get_args(TeaCacheMode)
 # The Wan cache's window (fractions of the steps): CFG and attention reuse from 20 % of the steps to the end.
 WAN_START = 0.2
 WAN_END = 1.0

@@ -97,6 +97,24 @@ def _load_fp8(model: WanDiT, sd: LazyStateDict, dtype: torch.dtype, device, opts
     linears = {name for name, m in model.named_modules() if type(m) is nn.Linear}
     marker = sd["scaled_fp8"] if "scaled_fp8" in sd else None
     full_precision_mm = marker is not None and marker.numel() == 2  # ComfyUI: "dequantise, then matmul"
+    tensors, layers = _read_for_fp8(sd, linears, dtype, device, opts, progress)
+    gemm = "upcast" if full_precision_mm else opts.gemm
+    for layer, (w8, scale) in layers.items():
+        fp8 = FP8Linear.from_quantized(w8, scale, tensors.pop(f"{layer}.bias", None), compute_dtype=dtype,
+                                       gemm=gemm)
+        parent, _, leaf = layer.rpartition(".")
+        setattr(model.get_submodule(parent), leaf, fp8)
+    missing, unexpected = model.load_state_dict(tensors, assign=True, strict=False)
+    missing = [k for k in missing if k.rpartition(".")[0] not in layers]
+    if missing or unexpected:  # check_shapes ran before, so this is a bug, not a bad file
+        raise CheckpointError(f"{sd.source}: fp8 assignment left {missing[:5]} missing, {unexpected[:5]} unused")
+
+
+def _read_for_fp8(sd: LazyStateDict, linears: set[str], dtype: torch.dtype, device, opts: ModelOptions,
+                  progress=None) -> tuple[dict[str, torch.Tensor], dict[str, tuple[torch.Tensor, torch.Tensor | None]]]:
+    """Read every tensor of ``sd`` once: ``(tensors, layers)``, the other tensors cast to ``dtype`` and the fp8
+    weight and scale of each block Linear layer in ``linears`` (kept, or quantised as read). Non-finite values
+    are collected over the whole file and raised together."""
     bad: list[tuple[str, int, int, str]] = []
 
     def check(key: str, t: torch.Tensor) -> None:  # one reduction per tensor (wan_core.numerics)
@@ -140,16 +158,28 @@ def _load_fp8(model: WanDiT, sd: LazyStateDict, dtype: torch.dtype, device, opts
         raise nonfinite_error(sd.source, bad)
     if progress is not None:
         progress(len(keys), len(keys))
-    gemm = "upcast" if full_precision_mm else opts.gemm
-    for layer, (w8, scale) in layers.items():
-        fp8 = FP8Linear.from_quantized(w8, scale, tensors.pop(f"{layer}.bias", None), compute_dtype=dtype,
-                                       gemm=gemm)
-        parent, _, leaf = layer.rpartition(".")
-        setattr(model.get_submodule(parent), leaf, fp8)
-    missing, unexpected = model.load_state_dict(tensors, assign=True, strict=False)
-    missing = [k for k in missing if k.rpartition(".")[0] not in layers]
-    if missing or unexpected:  # check_shapes ran before, so this is a bug, not a bad file
-        raise CheckpointError(f"{sd.source}: fp8 assignment left {missing[:5]} missing, {unexpected[:5]} unused")
+    return tensors, layers
+
+
+def _detect_config(sd: LazyStateDict, shapes: dict[str, tuple[int, ...]]) -> DiTConfig:
+    """The DiT config of a file from its tensor shapes and header (``CheckpointError`` when incomplete)."""
+    heads = sd.metadata.get("config", {}).get("num_attention_heads")
+    # a safetensors header may record a text length other than Wan's 512 (the built-in demo DiT: 32)
+    text_len = int(sd.metadata.get("wan_text_len", 512))
+    try:
+        return detect_dit_config(shapes, text_len=text_len, num_heads=heads)
+    except (KeyError, ValueError) as e:
+        raise CheckpointError(f"{sd.source}: incomplete Wan DiT: {e}") from e
+
+
+def _meta_model(config: DiTConfig, shapes: dict[str, tuple[int, ...]], source: str) -> WanDiT:
+    """A ``WanDiT`` of ``config`` on the meta device, after checking the file's tensor ``shapes`` against it."""
+    with torch.device("meta"):
+        model = WanDiT(config)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    check_shapes(shapes, expected, source,
+                 f"the Wan DiT config {config.name} (dim {config.dim}, {config.num_layers} layers)")
+    return model
 
 
 def load_dit(
@@ -197,19 +227,9 @@ def load_dit(
     sd = official_state_dict(src)
     shapes = {k: sd.shape(k) for k in sd if not is_quant_aux_key(k)}
     if config is None:
-        heads = sd.metadata.get("config", {}).get("num_attention_heads")
-        # a safetensors header may record a text length other than Wan's 512 (the built-in demo DiT: 32)
-        text_len = int(sd.metadata.get("wan_text_len", 512))
-        try:
-            config = detect_dit_config(shapes, text_len=text_len, num_heads=heads)
-        except (KeyError, ValueError) as e:
-            raise CheckpointError(f"{sd.source}: incomplete Wan DiT: {e}") from e
+        config = _detect_config(sd, shapes)
     dispatch = opts.attention_dispatch(config.num_layers)
-    with torch.device("meta"):
-        model = WanDiT(config)
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    check_shapes(shapes, expected, sd.source,
-                 f"the Wan DiT config {config.name} (dim {config.dim}, {config.num_layers} layers)")
+    model = _meta_model(config, shapes, sd.source)
     target = _weight_dtype(opts, dtype, sd)
     if opts.fp8:
         _load_fp8(model, sd, target, device, opts, progress)

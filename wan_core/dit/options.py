@@ -4,7 +4,7 @@ record on the model (``model.load_options``); the model itself reads them to bui
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -13,8 +13,8 @@ from ..attention.skiparse import SCHEDULES, SUV_PROFILE, Skiparse, SkiparseMode,
 from ..attention.steps import check_step_range
 from ..quant.fp8 import GEMM_MODES, GRANULARITIES, Gemm, Granularity
 
-WEIGHT_FORMATS = ("fp32", "bf16", "fp16", "fp8_e4m3fn", "fp8_scaled")
-Weights = Literal["fp32", "bf16", "fp16", "fp8_e4m3fn", "fp8_scaled"]  # mirrors WEIGHT_FORMATS (tested equal)
+Weights = Literal["fp32", "bf16", "fp16", "fp8_e4m3fn", "fp8_scaled"]
+WEIGHT_FORMATS: tuple[str, ...] = get_args(Weights)
 FLOAT_WEIGHTS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
@@ -123,67 +123,82 @@ def _target_names(model: nn.Module) -> tuple[dict[str, tuple[int, ...]], dict[st
     return params, kohya_table(modules + list(params) + i2v_names(layers))
 
 
+@dataclass
+class _Matching:
+    """One ``match_lora`` call in progress: the patches found (with the target's shape), why each other key is
+    not used, the keys consumed and the layers this model lacks ``[(key, official name)]``."""
+
+    lora: LoraFile
+    params: dict[str, tuple[int, ...]]
+    patches: list[tuple[Patch, tuple[int, ...]]] = field(default_factory=list)
+    why: dict[str, str] = field(default_factory=dict)
+    consumed: set[str] = field(default_factory=set)
+    missing: list[tuple[str, str]] = field(default_factory=list)
+
+    def layer_missing(self, layer: str, key: str, name: str) -> None:
+        self.missing.append((key, name))
+        for role in self.lora.layers[layer]:
+            self.why.setdefault(self.lora.key(layer, role), f"this model has no {name}")
+
+    def target(self, layer: str, name: str, leaf: str, key: str) -> str | None:
+        for cand in (f"{name}.{leaf}", name) if leaf == "weight" else (f"{name}.{leaf}",):
+            if cand in self.params:
+                return cand
+        self.layer_missing(layer, key, f"{name}.{leaf}")
+        return None
+
+    def add(self, patch: Patch) -> None:
+        self.patches.append((patch, self.params[patch.param]))
+
+    def low_rank(self, layer: str, name: str, roles: dict[str, torch.Tensor]) -> None:
+        """``lora_down`` / ``lora_up`` (with alpha and an ``up_bias``) of one layer."""
+        lora = self.lora
+        if "down" not in roles or "up" not in roles:
+            have, lack = ("down", "up") if "down" in roles else ("up", "down")
+            self.why[lora.key(layer, have)] = f"lora_{have} without its lora_{lack}"
+            return
+        param = self.target(layer, name, "weight", lora.key(layer, "down"))
+        down, up = roles["down"], roles["up"]
+        scale = _scale(lora, layer, roles, down.shape[0])
+        if param is not None:
+            self.add(Patch(param, lora.key(layer, "down"), up=up, down=down, scale=scale))
+            self.consumed.update(lora.key(layer, r) for r in ("down", "up", "alpha") if r in roles)
+        if "up_bias" in roles:
+            bias = self.target(layer, name, "bias", lora.key(layer, "up_bias"))
+            if bias is not None:
+                self.add(Patch(bias, lora.key(layer, "up_bias"), diff=roles["up_bias"], scale=scale))
+                self.consumed.add(lora.key(layer, "up_bias"))
+
+
 def match_lora(lora: LoraFile, model: nn.Module) -> tuple[list[Patch], list[tuple[str, str]]]:
     """The patches ``lora`` makes to ``model`` and the keys it leaves unused ``[(key, reason)]``.
 
     Raises :class:`LoraError` for a file that is not a LoRA, a LoRA for another model family, for another
     Wan size (shapes), or for image-to-video layers this model lacks."""
     params, kohya = _target_names(model)
-    patches: list[tuple[Patch, tuple[int, ...]]] = []
-    why: dict[str, str] = {k: "not a LoRA tensor name" for k in lora.other}  # key -> why it is not used
-    consumed: set[str] = set()
-    missing: list[tuple[str, str]] = []  # (key, official name) of layers this model does not have
-
-    def layer_missing(layer: str, key: str, name: str) -> None:
-        missing.append((key, name))
-        for role in lora.layers[layer]:
-            why.setdefault(lora.key(layer, role), f"this model has no {name}")
-
-    def target(layer: str, name: str, leaf: str, key: str) -> str | None:
-        for cand in (f"{name}.{leaf}", name) if leaf == "weight" else (f"{name}.{leaf}",):
-            if cand in params:
-                return cand
-        layer_missing(layer, key, f"{name}.{leaf}")
-        return None
-
+    m = _Matching(lora, params, why={k: "not a LoRA tensor name" for k in lora.other})
     for layer, roles in lora.layers.items():
         name = official_layer(layer, kohya)
         if name is None:
-            layer_missing(layer, lora.key(layer, next(iter(roles))), layer)
+            m.layer_missing(layer, lora.key(layer, next(iter(roles))), layer)
             continue
         if "down" in roles or "up" in roles:
-            if "down" not in roles or "up" not in roles:
-                have, lack = ("down", "up") if "down" in roles else ("up", "down")
-                why[lora.key(layer, have)] = f"lora_{have} without its lora_{lack}"
-            else:
-                param = target(layer, name, "weight", lora.key(layer, "down"))
-                down, up = roles["down"], roles["up"]
-                scale = _scale(lora, layer, roles, down.shape[0])
-                if param is not None:
-                    patches.append((Patch(param, lora.key(layer, "down"), up=up, down=down, scale=scale),
-                                    params[param]))
-                    consumed.update(lora.key(layer, r) for r in ("down", "up", "alpha") if r in roles)
-                if "up_bias" in roles:
-                    bias = target(layer, name, "bias", lora.key(layer, "up_bias"))
-                    if bias is not None:
-                        patches.append((Patch(bias, lora.key(layer, "up_bias"), diff=roles["up_bias"], scale=scale),
-                                        params[bias]))
-                        consumed.add(lora.key(layer, "up_bias"))
+            m.low_rank(layer, name, roles)
         elif "alpha" in roles:
-            why[lora.key(layer, "alpha")] = "alpha without lora_down/lora_up"
+            m.why[lora.key(layer, "alpha")] = "alpha without lora_down/lora_up"
         for role, leaf in (("diff", "weight"), ("diff_b", "bias")):
             if role in roles:
-                param = target(layer, name, leaf, lora.key(layer, role))
+                param = m.target(layer, name, leaf, lora.key(layer, role))
                 if param is not None:
-                    patches.append((Patch(param, lora.key(layer, role), diff=roles[role]), params[param]))
-                    consumed.add(lora.key(layer, role))
+                    m.add(Patch(param, lora.key(layer, role), diff=roles[role]))
+                    m.consumed.add(lora.key(layer, role))
         for role in ("mid", "dora_scale"):
             if role in roles:
                 what = "LoCon/Tucker mid weights" if role == "mid" else "DoRA magnitudes"
-                why[lora.key(layer, role)] = f"{what} are not supported"
-    _refuse(lora, model, patches, missing)
-    unused = [(k, why.get(k, "patches nothing in this model")) for k in lora.all_keys() if k not in consumed]
-    return [p for p, _ in patches], unused
+                m.why[lora.key(layer, role)] = f"{what} are not supported"
+    _refuse(lora, model, m.patches, m.missing)
+    unused = [(k, m.why.get(k, "patches nothing in this model")) for k in lora.all_keys() if k not in m.consumed]
+    return [p for p, _ in m.patches], unused
 
 
 def _refuse(lora: LoraFile, model: nn.Module, patches, missing) -> None:

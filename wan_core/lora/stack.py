@@ -1,8 +1,9 @@
 """LoRAs on a DiT: ``apply_lora`` / ``remove_loras`` and the stack behind them (docs/lora.md section 2).
 
-Like ComfyUI's ModelPatcher, the patches are kept beside the model: ``model.wancore_loras`` is the LoRAs a
-model (or a view of it) should carry, in order, each with its strength and mode; ``model.wancore_lora_state``
-(shared by the views of one DiT) is what its weights carry now, the CPU backups of the merged parameters and
+Like ComfyUI's ModelPatcher, the patches are kept beside the model, in its ``ModelRuntime``
+(``wan_core.dit.runtime``): ``wanted_loras`` is the LoRAs a model (or a view of it) should carry, in order,
+each with its strength and mode; ``lora`` (a ``LoraState``, shared by the views of one DiT) is what its weights
+carry now, the CPU backups of the merged parameters and
 the run-time branches. ``activate_loras`` brings the weights from the second to the first: it restores the
 original bits from the backups and applies the wanted LoRAs again, so a strength change never rereads the
 checkpoint. ``with_lora`` makes such a view (a shallow copy sharing every weight) for graph nodes.
@@ -16,14 +17,11 @@ from dataclasses import dataclass, field
 import torch.nn as nn
 
 from ..checkpoint import Source
+from ..dit.runtime import runtime_of, update_runtime
 from .branch import LoraBranch, can_branch
 from .formats import LoraFile, read_lora
 from .match import Patch, match_lora
 from .merge import Backup, backup, merge, owner, restore
-
-_STATE = "wancore_lora_state"
-_WANTED = "wancore_loras"
-
 
 class LoraWarning(UserWarning):
     """Keys of a LoRA that patch nothing in the model (count and examples in the message)."""
@@ -71,15 +69,15 @@ class LoraState:
 
 
 def lora_state(model: nn.Module) -> LoraState:
-    state = model.__dict__.get(_STATE)
+    state = runtime_of(model).lora
     if state is None:
         state = LoraState()
-        model.__dict__[_STATE] = state
+        update_runtime(model, lora=state)
     return state
 
 
 def wanted_loras(model: nn.Module) -> tuple[AppliedLora, ...]:
-    return tuple(model.__dict__.get(_WANTED, ()))
+    return runtime_of(model).wanted_loras
 
 
 def prepare_lora(model: nn.Module, src: Source | LoraFile, strength: float = 1.0, merge: bool = True,
@@ -156,7 +154,7 @@ def apply_lora(dit: nn.Module, path: Source, strength: float = 1.0, merge: bool 
     :func:`remove_loras`. Raises ``LoraError`` (a ``CheckpointError``) naming the file, what it is for and
     the first key that does not fit; unused keys are reported with a ``LoraWarning``."""
     applied = prepare_lora(dit, path, strength, merge)
-    dit.__dict__[_WANTED] = (*wanted_loras(dit), applied)
+    update_runtime(dit, wanted_loras=(*wanted_loras(dit), applied))
     activate_loras(dit)
     return applied
 
@@ -164,7 +162,7 @@ def apply_lora(dit: nn.Module, path: Source, strength: float = 1.0, merge: bool 
 def remove_loras(dit: nn.Module) -> None:
     """Remove every LoRA from ``dit`` **in place**: the original weights come back bit for bit from the CPU
     backups (the checkpoint is not read again) and the run-time branches are detached."""
-    dit.__dict__[_WANTED] = ()
+    update_runtime(dit, wanted_loras=())
     activate_loras(dit)
 
 
@@ -175,5 +173,5 @@ def with_lora(dit: nn.Module, applied: AppliedLora) -> nn.Module:
     sampler node does), so two views of one loaded DiT can carry different LoRAs in one graph."""
     lora_state(dit)  # created on the original first, so every view shares it
     view = copy.copy(dit)
-    view.__dict__[_WANTED] = (*wanted_loras(dit), applied)
+    update_runtime(view, wanted_loras=(*wanted_loras(dit), applied))
     return view

@@ -16,6 +16,8 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
+from ..dit.runtime import runtime_of
+
 __all__ = ["DIT_OFFLOAD", "TEXT_ENCODER_OFFLOAD", "VAE_OFFLOAD", "OffloadPolicy", "free_device_cache", "move",
            "release", "resident_parts"]
 
@@ -68,14 +70,14 @@ def _modules(model: Any) -> list[nn.Module]:
 
 
 def _swapped_children(module: nn.Module) -> list[nn.Module]:
-    return [c for c in module.children() if getattr(c, "block_swap", None) is not None]
+    return [c for c in module.children() if runtime_of(c).block_swap is not None]
 
 
 def resident_parts(module: nn.Module) -> list[nn.Module]:
     """The modules that go to the compute device: a block-swapped DiT's resident modules (its swapped blocks stay
     in pinned RAM), each child's for a module whose children swap blocks (a ``WanMoE`` of swapped experts,
     docs/wan22.md section 6), else the module itself."""
-    swap = getattr(module, "block_swap", None)
+    swap = runtime_of(module).block_swap
     if swap is not None:
         return list(swap.resident_modules())
     if _swapped_children(module):
@@ -103,7 +105,7 @@ def release(model: Any) -> None:
     to the ``meta`` device (no storage); the model cannot run afterwards."""
     for module in _modules(model):
         for part in (module, *_swapped_children(module)):  # a WanMoE: each expert's swap
-            swap = getattr(part, "block_swap", None)
+            swap = runtime_of(part).block_swap
             if swap is not None:
                 swap.remove(bring_back=False)
         module.to("meta")

@@ -25,6 +25,8 @@ from typing import Any, cast
 import torch
 import torch.nn as nn
 
+from ..dit.runtime import runtime_of, update_runtime
+
 __all__ = ["BlockSwap", "SwapStats", "check_swap_options", "enable_block_swap", "block_swap_of", "file_block_count"]
 
 
@@ -177,7 +179,7 @@ class BlockSwap:
             self._patched_text_kv = True
         else:
             self._patched_text_kv = False
-        vars(model)["block_swap"] = self
+        update_runtime(model, block_swap=self)
 
     # --- placement -------------------------------------------------------------------------------------
     def _place(self, model: nn.Module, blocks: nn.ModuleList, place_resident: bool) -> None:
@@ -328,8 +330,8 @@ class BlockSwap:
         self._slots = {}
         if self._patched_text_kv:
             del self.model.text_kv
-        if getattr(self.model, "block_swap", None) is self:
-            del self.model.block_swap
+        if runtime_of(self.model).block_swap is self:
+            update_runtime(self.model, block_swap=None)
 
     def offload_bytes(self) -> int:
         """Bytes of the swapped blocks' offload copies (pinned RAM)."""
@@ -351,8 +353,7 @@ def file_block_count(src) -> int | None:
 
 def block_swap_of(model: nn.Module) -> BlockSwap | None:
     """The :class:`BlockSwap` attached to ``model``, if any."""
-    swap = getattr(model, "block_swap", None)
-    return swap if isinstance(swap, BlockSwap) else None
+    return runtime_of(model).block_swap
 
 
 def enable_block_swap(model: nn.Module, blocks_to_swap: int, prefetch: int = 1,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import warnings
-from typing import Literal, cast
+from typing import Literal, cast, get_args
 
 import torch
 import torch.nn as nn
@@ -20,10 +20,10 @@ import torch.nn.functional as F
 
 from ..checkpoint import FP8_DTYPES, dequantize
 
-GEMM_MODES = ("upcast", "scaled_mm")
-GRANULARITIES = ("tensor", "channel")
-Gemm = Literal["upcast", "scaled_mm"]  # mirrors GEMM_MODES (a test keeps them equal)
-Granularity = Literal["tensor", "channel"]  # mirrors GRANULARITIES
+Gemm = Literal["upcast", "scaled_mm"]
+Granularity = Literal["tensor", "channel"]
+GEMM_MODES: tuple[str, ...] = get_args(Gemm)
+GRANULARITIES: tuple[str, ...] = get_args(Granularity)
 FP8_E4M3 = torch.float8_e4m3fn
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 _TINY = torch.finfo(torch.float32).tiny

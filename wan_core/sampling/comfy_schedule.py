@@ -14,14 +14,14 @@ Everything is computed in float32 like ComfyUI, so the sigmas match its values b
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 __all__ = ["COMFY_SCHEDULERS", "ComfyScheduler", "comfy_flow_table", "comfy_flow_sigmas"]
 
-COMFY_SCHEDULERS = ("simple", "normal")
-ComfyScheduler = Literal["simple", "normal"]  # mirrors COMFY_SCHEDULERS (a test keeps them equal)
+ComfyScheduler = Literal["simple", "normal"]
+COMFY_SCHEDULERS: tuple[str, ...] = get_args(ComfyScheduler)
 _TABLE_SIZE = 1000
 _MULTIPLIER = 1000.0
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, replace
-from typing import Literal, Sequence
+from typing import Literal, Sequence, get_args
 
 import numpy as np
 import torch
@@ -44,8 +44,8 @@ __all__ = [
 ]
 
 NUM_TRAIN_TIMESTEPS = 1000
-CONVENTIONS = ("official", "dpm", "comfyui", "custom")
-Convention = Literal["official", "dpm", "comfyui", "custom"]  # mirrors CONVENTIONS (a test keeps them equal)
+Convention = Literal["official", "dpm", "comfyui", "custom"]
+CONVENTIONS: tuple[str, ...] = get_args(Convention)
 _OFFICIAL_SIGMA_MAX = 0.999  # sigma_max of the official 1000-step training table
 _MAX_SCHEDULE_STEPS = 100_000
 

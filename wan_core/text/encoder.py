@@ -321,15 +321,7 @@ def load_text_encoder(
     sd, path = _open(src)
     source = sd.source
     spiece_key = find_spiece_key(sd)
-    body = strip_prefix(sd, COMFY_PREFIXES)
-    body = body.rename(lambda k: None if k == "spiece_model" or k.endswith(".spiece_model") else k)
-    naming = detect_naming(body)
-    if naming is None:
-        raise CheckpointError(f"{source}: not a umT5 text encoder: this looks like {describe_keys(sd)}. "
-                              f"Wan needs umt5-xxl (models_t5_umt5-xxl-enc-bf16.pth or umt5_xxl_*.safetensors)")
-    if naming == "hf" and TIED_EMBED_KEY in body:
-        has_shared = EMBED_KEY in body
-        body = body.rename(lambda k: (None if has_shared else EMBED_KEY) if k == TIED_EMBED_KEY else k)
+    body, naming = _encoder_weights(sd)
 
     # Shapes under transformers names, for config detection.
     to_hf = (lambda k: official_to_hf(k) or k) if naming == "official" else (lambda k: k)
@@ -352,7 +344,30 @@ def load_text_encoder(
         raise TokenizerError(f"{tok.source}: the tokenizer has {tok.vocab_size} tokens but the encoder in {source} "
                              f"embeds only {cfg.vocab_size}; this is not the umT5 tokenizer of this model")
 
-    hf = body.rename(to_hf) if naming == "official" else body
+    _assign(model, body.rename(to_hf) if naming == "official" else body, dtype, device, progress, source)
+    return TextEncoder(model.eval().requires_grad_(False), tok, cfg, cache_size=cache_size, batch_size=batch_size,
+                       source=source)
+
+
+def _encoder_weights(sd: LazyStateDict) -> tuple[LazyStateDict, str]:
+    """The encoder's tensors of an opened file (prefixes, the embedded tokenizer and a duplicate tied embedding
+    left out) and their naming ("official" | "hf"); ``CheckpointError`` when it is not a umT5 encoder."""
+    body = strip_prefix(sd, COMFY_PREFIXES)
+    body = body.rename(lambda k: None if k == "spiece_model" or k.endswith(".spiece_model") else k)
+    naming = detect_naming(body)
+    if naming is None:
+        raise CheckpointError(f"{sd.source}: not a umT5 text encoder: this looks like {describe_keys(sd)}. "
+                              f"Wan needs umt5-xxl (models_t5_umt5-xxl-enc-bf16.pth or umt5_xxl_*.safetensors)")
+    if naming == "hf" and TIED_EMBED_KEY in body:
+        has_shared = EMBED_KEY in body
+        body = body.rename(lambda k: (None if has_shared else EMBED_KEY) if k == TIED_EMBED_KEY else k)
+    return body, naming
+
+
+def _assign(model, hf: LazyStateDict, dtype: torch.dtype | None, device, progress: ProgressFn | None,
+            source: str) -> None:
+    """Read the tensors ``hf`` (transformers names) into the meta ``model`` in ``dtype`` (None = as stored; fp8:
+    bfloat16); under float16 the FFN output weights stay float32."""
     stored = stored_float_dtype(hf)
     target = dtype or (torch.bfloat16 if stored in FP8_DTYPES else stored)
     tensors = materialize(hf, dtype=target, device=device, progress=progress)
@@ -366,8 +381,6 @@ def load_text_encoder(
     leftovers = [n for n, p in list(model.named_parameters()) + list(model.named_buffers()) if p.is_meta]
     if leftovers:  # pragma: no cover - check_shapes covers every parameter
         raise CheckpointError(f"{source}: tensors not loaded: {', '.join(leftovers[:5])}")
-    return TextEncoder(model.eval().requires_grad_(False), tok, cfg, cache_size=cache_size, batch_size=batch_size,
-                       source=source)
 
 
 def _reject_shared_bias_t5(hf_shapes: Mapping[str, Sequence[int]], source: str) -> None:

@@ -12,12 +12,12 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 import torch
 
-LANGUAGES = ("auto", "en", "zh")
-Language = Literal["auto", "en", "zh"]  # mirrors LANGUAGES (a test keeps them equal)
+Language = Literal["auto", "en", "zh"]
+LANGUAGES: tuple[str, ...] = get_args(Language)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
 
 

@@ -6,14 +6,14 @@ Implements docs/algorithms.md section 1.4: the 2D kernel goes into the last temp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Literal, Mapping, Optional, Tuple, Union
+from typing import Callable, Dict, List, Literal, Mapping, Optional, Tuple, Union, get_args
 
 import torch
 
 __all__ = ["inflate_conv2d_weight", "inflate_state_dict", "InflationReport", "INFLATE_MODES", "InflateMode"]
 
-INFLATE_MODES = ("tail", "center", "average")
-InflateMode = Literal["tail", "center", "average"]  # mirrors INFLATE_MODES (a test keeps them equal)
+InflateMode = Literal["tail", "center", "average"]
+INFLATE_MODES: Tuple[str, ...] = get_args(InflateMode)
 
 
 def inflate_conv2d_weight(weight: torch.Tensor, kt: int, mode: InflateMode = "tail") -> torch.Tensor:
