@@ -1,6 +1,7 @@
 """WanCore speed-ups as ``MODEL -> MODEL`` patches for ComfyUI's native Wan model (docs/native_patches.md).
 
-One module per idea, none reaching back into the node layer above it:
+One module per idea. ``host`` (the ComfyUI adapter) never imports this package; ``patcher`` and ``specs`` import
+``host``, the patch cores do not:
 
 * ``attention_patch`` - :class:`NativeAttention`, the ``optimized_attention_override`` (backends, skiparse),
   and the block / grid patches that tell it where a call comes from;
