@@ -4,8 +4,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import cache, conditioning, i2v, latent, lora, models, native, parallel, prompt_rewrite, sampler, vae, wan22
-from .declare import NodeSpec, v1_class, v3_class
+from . import (cache, conditioning, host, i2v, latent, lora, models, native, parallel, prompt_rewrite, sampler, vae,
+               wan22)
+from .declare import NodeSpec, use_client_text, v1_class, v3_class
+
+use_client_text(host.client_message)  # node errors reach API clients with model paths as <folder>/<file>
 
 NODE_SPECS: tuple[NodeSpec, ...] = (
     *models.NODES, *conditioning.NODES, *prompt_rewrite.NODES, *latent.NODES, *sampler.NODES, *cache.NODES,

@@ -14,6 +14,48 @@ from typing import Any
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
 
 
+# ---------------------------------------------------------------- errors as API clients see them
+#
+# A node's error reaches API clients, who must not learn the server's paths. Which paths to hide is the host's
+# knowledge (its model folders, ``host.client_message``); the pack hands that rewrite over once at import
+# (``nodes/__init__.py``: ``use_client_text``), so this module stays free of the host and of ComfyUI.
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+_client_text: list[Callable[[str], str]] = [_unchanged]
+
+
+def use_client_text(rewrite: Callable[[str], str]) -> None:
+    """Set the rewrite of error text for clients (``host.client_message``: server paths -> <folder>/<name>)."""
+    _client_text[0] = rewrite
+
+
+class client_errors:
+    """Context manager: re-raise an error whose message names server paths with the client text
+    (``use_client_text``; same exception type where possible; the original stays chained for the server log)."""
+
+    def __enter__(self) -> "client_errors":
+        return self
+
+    def __exit__(self, typ, err, tb) -> None:
+        if err is None or not isinstance(err, Exception):
+            return
+        text = str(err)
+        safe = _client_text[0](text)
+        if safe == text:
+            return
+        try:
+            new = type(err)(safe)
+            if str(new) != safe:
+                raise TypeError
+            new.__dict__.update(err.__dict__)  # attributes such as a step number survive
+        except Exception:  # noqa: BLE001 - exceptions whose constructor wants more than a message
+            new = RuntimeError(safe)
+        raise new from err
+
+
 @dataclass(frozen=True)
 class Input:
     """A node input: a widget (INT/FLOAT/STRING/BOOLEAN/COMBO) or a socket (LATENT, IMAGE, WANCORE_*)."""
@@ -66,10 +108,7 @@ class NodeSpec:
             raise ValueError(f"{self.node_id}: duplicate input names")
 
     def run(self, **kwargs) -> tuple:
-        # errors reach API clients: model paths as <folder>/<file>
-        from .host import client_errors
-
-        with client_errors():
+        with client_errors():  # errors reach API clients: model paths as <folder>/<file>
             out = self.fn(**kwargs)
         if not isinstance(out, tuple) or len(out) != len(self.outputs):
             raise TypeError(f"{self.node_id}: function returned {type(out).__name__}, expected a tuple of "

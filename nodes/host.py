@@ -213,30 +213,6 @@ def client_message(text: str) -> str:
     return text
 
 
-class client_errors:
-    """Context manager: re-raise an error whose message names server paths with ``client_message``'s text
-    (same exception type where possible; the original stays chained for the server log)."""
-
-    def __enter__(self) -> "client_errors":
-        return self
-
-    def __exit__(self, typ, err, tb) -> None:
-        if err is None or not isinstance(err, Exception):
-            return
-        text = str(err)
-        safe = client_message(text)
-        if safe == text:
-            return
-        try:
-            new = type(err)(safe)
-            if str(new) != safe:
-                raise TypeError
-            new.__dict__.update(err.__dict__)  # attributes such as a step number survive
-        except Exception:  # noqa: BLE001 - exceptions whose constructor wants more than a message
-            new = RuntimeError(safe)
-        raise new from err
-
-
 def torch_device() -> torch.device:
     if IN_COMFYUI:
         return _mm.get_torch_device()
@@ -435,8 +411,9 @@ class on_device:
 
 # ---------------------------------------------------------------- ComfyUI's native MODEL (ModelPatcher) patches
 #
-# docs/native_patches.md. ``nodes/native.py`` holds the patches as plain Python; these functions put them on a
-# clone of the ModelPatcher (its ``model_options`` copied by ``clone()``), never on the input MODEL.
+# docs/native_patches.md. ``nodes/native/`` holds the patches as plain Python and puts them on a clone of the
+# ModelPatcher (its ``model_options`` copied by ``clone()``), never on the input MODEL; these are the ComfyUI
+# facts it needs.
 
 NATIVE_WAN_MODULE = "comfy.ldm.wan"
 
@@ -455,11 +432,12 @@ def native_wan_model(model, what: str) -> Any:
     return inner
 
 
-def _transformer_options(patched) -> dict:
+def transformer_options(patched) -> dict:
+    """The ``transformer_options`` of a ModelPatcher clone's ``model_options`` (created when missing)."""
     return patched.model_options.setdefault("transformer_options", {})
 
 
-def _wrappers_mp(name: str) -> str:
+def wrappers_mp(name: str) -> str:
     """``comfy.patcher_extension.WrappersMP.<name>`` (its lowercase value when ComfyUI is not importable)."""
     try:
         from comfy.patcher_extension import WrappersMP
@@ -468,54 +446,16 @@ def _wrappers_mp(name: str) -> str:
     return getattr(WrappersMP, name)
 
 
-def _chain_block_patches(patched, make: Callable[[int, Any], Callable], num_layers: int) -> None:
-    """Put ``make(i, previous)`` on every block (``patches_replace["dit"][("double_block", i)]``), chained to a
-    replace patch already there."""
-    replace = _transformer_options(patched).get("patches_replace", {}).get("dit", {})
-    for i in range(num_layers):
-        patched.set_model_patch_replace(make(i, replace.get(("double_block", i))), "dit", "double_block", i)
-
-
-def native_attention_patch(model, override, num_layers: int):
-    """A clone of ``model`` whose attention calls go through ``override`` (``optimized_attention_override``;
-    one already set by another patch is called for the calls ``override`` leaves dense). With skiparse, block
-    replace patches tell the override the block, and a DIFFUSION_MODEL wrapper the token grid."""
-    from . import native
-
-    patched = model.clone()
-    to = _transformer_options(patched)
-    previous = to.get("optimized_attention_override")
-    if isinstance(previous, native.CacheAttention):  # the cache's attention cache stays outermost
-        override.previous = previous.inner
-        to["optimized_attention_override"] = native.CacheAttention(override)
-    else:
-        override.previous = previous
-        to["optimized_attention_override"] = override
-    if override.skiparse != "none":
-        patched.add_wrapper_with_key(_wrappers_mp("DIFFUSION_MODEL"), "wancore_attention", native.grid_wrapper)
-        _chain_block_patches(patched, lambda i, prev: native.attention_block_patch(i, num_layers, prev), num_layers)
-    return patched
-
-
-def native_cache_patch(model, cache, num_layers: int, show: Callable[[str], None] | None = None):
-    """A clone of ``model`` with the cache's wrappers (OUTER_SAMPLE, CALC_COND_BATCH, DIFFUSION_MODEL) and,
-    for the block-stack caches, a replace patch per block (chained to one already there)."""
+def model_options_clone() -> Callable[[dict], dict]:
+    """ComfyUI's ``create_model_options_clone`` (a sampling run's own copy of the patched ``model_options``)."""
     from comfy.model_patcher import create_model_options_clone
 
-    from . import native
+    return create_model_options_clone
 
-    patched = model.clone()
-    key = "wancore_cache"
-    patched.add_wrapper_with_key(_wrappers_mp("OUTER_SAMPLE"), key,
-                                 native.sample_wrapper(cache, create_model_options_clone,
-                                                       show or (lambda text: show_text(text))))
-    patched.add_wrapper_with_key(_wrappers_mp("CALC_COND_BATCH"), key, native.calc_cond_batch_wrapper)
-    patched.add_wrapper_with_key(_wrappers_mp("DIFFUSION_MODEL"), key, native.diffusion_model_wrapper)
-    if cache.uses_blocks:
-        _chain_block_patches(patched, native.block_patch, num_layers)
-    if cache.uses_attention:  # the wan preset's attention cache, around any attention override already set
-        to = _transformer_options(patched)
-        to["optimized_attention_override"] = native.CacheAttention(to.get("optimized_attention_override"))
-        patched.add_wrapper_with_key(_wrappers_mp("DIFFUSION_MODEL"), "wancore_cache_grid", native.grid_wrapper)
-        _chain_block_patches(patched, lambda i, prev: native.attention_block_patch(i, num_layers, prev), num_layers)
-    return patched
+
+def chain_block_patches(patched, make: Callable[[int, Any], Callable], num_layers: int) -> None:
+    """Put ``make(i, previous)`` on every block (``patches_replace["dit"][("double_block", i)]``), chained to a
+    replace patch already there."""
+    replace = transformer_options(patched).get("patches_replace", {}).get("dit", {})
+    for i in range(num_layers):
+        patched.set_model_patch_replace(make(i, replace.get(("double_block", i))), "dit", "double_block", i)

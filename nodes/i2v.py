@@ -9,6 +9,7 @@ import torch
 import wan_core
 from wan_core.i2v import ImageCondition, image_condition
 from wan_core.numerics import check_finite
+from wan_core.variants import WAN21
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -44,13 +45,15 @@ def _native_tokens(output, name: str) -> torch.Tensor:
     return tokens[:1].float().cpu()
 
 
-def validate_image_to_video(width: int | None = 832, height: int | None = 480, frames: int | None = 81,
+def validate_image_to_video(width: int | None = WAN21.width, height: int | None = WAN21.height,
+                            frames: int | None = WAN21.frames,
                             batch_size: int | None = 1) -> bool | str:
     problems = size_problems(width, height, frames, batch_size)
     return "; ".join(problems) if problems else True
 
 
-def image_to_video(vae, start_image: torch.Tensor, width: int = 832, height: int = 480, frames: int = 81,
+def image_to_video(vae, start_image: torch.Tensor, width: int = WAN21.width, height: int = WAN21.height,
+                   frames: int = WAN21.frames,
                    batch_size: int = 1, end_image: torch.Tensor | None = None, clip_vision=None,
                    clip_vision_output=None, clip_vision_end_output=None):
     problems = size_problems(width, height, frames, batch_size)
@@ -100,12 +103,12 @@ IMAGE_TO_VIDEO = NodeSpec(
     inputs=(
         Input("vae", "WANCORE_VAE"),
         Input("start_image", "IMAGE", tooltip="the first frame (the first image of a batch)"),
-        Input("width", "INT", default=832, min=EMPTY_LATENT.inputs[0].min, max=EMPTY_LATENT.inputs[0].max, step=16,
-              tooltip="multiple of 16; keep the image's aspect ratio"),
-        Input("height", "INT", default=480, min=EMPTY_LATENT.inputs[1].min, max=EMPTY_LATENT.inputs[1].max, step=16,
-              tooltip="multiple of 16"),
-        Input("frames", "INT", default=81, min=EMPTY_LATENT.inputs[2].min, max=EMPTY_LATENT.inputs[2].max, step=4,
-              tooltip="4n+1"),
+        Input("width", "INT", default=WAN21.width, min=EMPTY_LATENT.inputs[0].min, max=EMPTY_LATENT.inputs[0].max,
+              step=16, tooltip="multiple of 16; keep the image's aspect ratio"),
+        Input("height", "INT", default=WAN21.height, min=EMPTY_LATENT.inputs[1].min, max=EMPTY_LATENT.inputs[1].max,
+              step=16, tooltip="multiple of 16"),
+        Input("frames", "INT", default=WAN21.frames, min=EMPTY_LATENT.inputs[2].min, max=EMPTY_LATENT.inputs[2].max,
+              step=4, tooltip="4n+1"),
         Input("batch_size", "INT", default=1, min=EMPTY_LATENT.inputs[3].min, max=EMPTY_LATENT.inputs[3].max),
         Input("end_image", "IMAGE", optional=True, tooltip="first-last-frame model (FLF2V): the last frame"),
         Input("clip_vision", "WANCORE_CLIP_VISION", optional=True,

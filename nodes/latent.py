@@ -6,6 +6,7 @@ import torch
 from wan_core import latent_format
 from wan_core.estimate import SIZE_LIMITS, fit_problem, total_memory
 from wan_core.latent_format import video_size_problems
+from wan_core.variants import WAN21
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -29,7 +30,7 @@ def size_problems(width: int | None, height: int | None, frames: int | None, bat
     return [fit] if fit else []
 
 
-def validate_size(width: int | None = 832, height: int | None = 480, frames: int | None = 81,
+def validate_size(width: int | None = WAN21.width, height: int | None = WAN21.height, frames: int | None = WAN21.frames,
                   batch_size: int | None = 1) -> bool | str:
     """Pre-queue check: one line naming the inputs and the valid values, or True."""
     problems = size_problems(width, height, frames, batch_size)
@@ -50,12 +51,12 @@ EMPTY_LATENT = NodeSpec(
     description="An empty Wan 2.1 video latent [B, 16, 1+(frames-1)/4, H/8, W/8] (raw VAE latents, "
                 "interchangeable with ComfyUI's EmptyHunyuanLatentVideo).",
     inputs=(
-        Input("width", "INT", default=832, min=SIZE_LIMITS["width"][0], max=SIZE_LIMITS["width"][1], step=16,
+        Input("width", "INT", default=WAN21.width, min=SIZE_LIMITS["width"][0], max=SIZE_LIMITS["width"][1], step=16,
               tooltip="multiple of 16"),
-        Input("height", "INT", default=480, min=SIZE_LIMITS["height"][0], max=SIZE_LIMITS["height"][1], step=16,
-              tooltip="multiple of 16"),
-        Input("frames", "INT", default=81, min=SIZE_LIMITS["frames"][0], max=SIZE_LIMITS["frames"][1], step=4,
-              tooltip="4n+1 (81 = 5 s at 16 fps)"),
+        Input("height", "INT", default=WAN21.height, min=SIZE_LIMITS["height"][0], max=SIZE_LIMITS["height"][1],
+              step=16, tooltip="multiple of 16"),
+        Input("frames", "INT", default=WAN21.frames, min=SIZE_LIMITS["frames"][0], max=SIZE_LIMITS["frames"][1], step=4,
+              tooltip=f"4n+1 ({WAN21.frames} = {(WAN21.frames - 1) // WAN21.fps} s at {WAN21.fps} fps)"),
         Input("batch_size", "INT", default=1, min=SIZE_LIMITS["batch_size"][0], max=SIZE_LIMITS["batch_size"][1]),
     ),
     outputs=(Output("LATENT", "latent"),),

@@ -12,10 +12,11 @@ import torch
 from wan_core import latent_format
 from wan_core.lora import activate_loras
 from wan_core.pipeline import GenerationConfig, WanPipeline, check_embeddings, check_latent, check_models
-from wan_core.dit.moe import EXPERTS, is_moe
+from wan_core.dit.moe import experts
 from wan_core.latent_format import latent_geometry
 from wan_core.sampling import SOLVER_NAMES, Convention, Solver, distill_sigmas
 from wan_core.sampling.nag import NAG_ALPHA, NAG_SCALE, NAG_TAU, NAGAttention, NAGConfig
+from wan_core.variants import WAN21
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -23,6 +24,9 @@ from .declare import Input, NodeSpec, Output
 SCHEDULES: dict[str, Convention] = {"official": "official", "comfyui": "comfyui"}
 # Step-distilled LoRAs (lightx2v): their own timesteps, 1000/steps apart before the shift (wan_core.sampling.distill)
 DISTILL = "lightx2v_distill"
+# The widget's steps: a UI choice, not an official value (Wan 2.1's official 50 is WAN21.steps, named in the
+# tooltip): 30 keeps a first try quick at little cost in quality.
+STEPS = 30
 
 
 def _preview(x0: torch.Tensor):
@@ -33,8 +37,8 @@ def _preview(x0: torch.Tensor):
     return Image.fromarray((rgb * 255).round().to(torch.uint8).cpu().numpy())
 
 
-def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, guidance: float = 5.0,
-           shift: float = 5.0, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0,
+def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS, guidance: float = WAN21.guidance,
+           shift: float = WAN21.shift, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0,
            cache=None, image_cond=None):
     check_models(model)
     first_frame = first_frame_of(latent)  # TI2V-5B image-to-video (WanCoreImageToVideoLatent22 / native)
@@ -65,10 +69,10 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = 30, gu
         raise ValueError("denoise < 1 needs a latent to start from (e.g. from WanCore VAE Encode), not an empty one")
     if first_frame is not None:
         start = None
-    guidances = [model.guidance_for(n, guidance) for n in EXPERTS] if is_moe(model) else [guidance]
+    guidances = [model.guidance_for(name, guidance) if name else guidance for name, _ in experts(model)]
     callback, bar = host.progress_callback(steps, "sampling", preview=_preview)
     with host.on_device(model) as dit, torch.inference_mode(), bar:
-        for expert in ([dit.expert(n) for n in EXPERTS] if is_moe(dit) else [dit]):
+        for _, expert in experts(dit):
             activate_loras(expert)  # the LoRA stack the model output carries (WanCoreLoRA), onto the shared weights
         pipe = WanPipeline(dit=dit)
         device = dit.device
@@ -113,11 +117,12 @@ SAMPLER = NodeSpec(
         Input("embeds", "WANCORE_EMBEDS"),
         Input("latent", "LATENT", tooltip="an empty latent (text-to-video) or an encoded video (denoise < 1)"),
         Input("seed", "INT", default=0, min=0, max=2**64 - 1, control_after_generate=True),
-        Input("steps", "INT", default=30, min=1, max=1000, tooltip="official: 50; 30 is a common choice"),
-        Input("guidance", "FLOAT", default=5.0, min=0.0, max=30.0, step=0.1,
+        Input("steps", "INT", default=STEPS, min=1, max=1000,
+              tooltip=f"official: {WAN21.steps}; {STEPS} is a common choice"),
+        Input("guidance", "FLOAT", default=WAN21.guidance, min=0.0, max=30.0, step=0.1,
               tooltip="classifier-free guidance scale; 1 = single pass (no negative prompt)"),
-        Input("shift", "FLOAT", default=5.0, min=0.01, max=100.0, step=0.1,
-              tooltip="time shift: official 5.0; 1.3B users often 8-12"),
+        Input("shift", "FLOAT", default=WAN21.shift, min=0.01, max=100.0, step=0.1,
+              tooltip=f"time shift: official {WAN21.shift}; 1.3B users often 8-12"),
         Input("solver", "COMBO", default="unipc", options=tuple(SOLVER_NAMES)),
         Input("schedule", "COMBO", default="official", options=(*SCHEDULES, DISTILL),
               tooltip="official: Wan's grid with integer timesteps; comfyui: ComfyUI's simple schedule; "

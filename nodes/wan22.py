@@ -10,7 +10,7 @@ from wan_core.estimate import SIZE_LIMITS
 from wan_core.i2v import resize_image
 from wan_core.pipeline import check_models
 from wan_core.dit.moe import WanMoE
-from wan_core.variants import T2V_A14B, TI2V_5B
+from wan_core.variants import I2V_A14B, T2V_A14B, TI2V_5B
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -27,17 +27,19 @@ MOE = NodeSpec(
     node_id="WanCoreMoE", display_name="WanCore Wan 2.2 MoE (A14B experts)", category="WanCore/loaders",
     description="Wan 2.2 A14B: the high-noise expert runs the steps with timestep >= boundary x 1000, the low-noise "
                 "expert the rest, each with its own guidance (these replace the sampler's guidance); caches start "
-                "afresh for the second expert. Official T2V: boundary 0.875, guidance 4.0 / 3.0, shift 12, "
-                "40 steps; I2V: 0.9, 3.5 / 3.5, shift 5.",
+                f"afresh for the second expert. Official T2V: boundary {T2V_A14B.boundary:g}, guidance "
+                f"{T2V_A14B.guidance} / {T2V_A14B.guidance_low}, shift {T2V_A14B.shift:g}, {T2V_A14B.steps} steps; "
+                f"I2V: {I2V_A14B.boundary:g}, {I2V_A14B.guidance} / {I2V_A14B.guidance_low}, shift {I2V_A14B.shift:g}.",
     inputs=(
         Input("high_noise_model", "WANCORE_MODEL", tooltip="the high_noise_model file of the pair"),
         Input("low_noise_model", "WANCORE_MODEL", tooltip="the low_noise_model file of the pair"),
         Input("boundary", "FLOAT", default=T2V_A14B.boundary, min=0.01, max=0.99, step=0.005,
-              tooltip="switch when the timestep drops below boundary x 1000 (T2V 0.875, I2V 0.9)"),
+              tooltip=f"switch when the timestep drops below boundary x 1000 (T2V {T2V_A14B.boundary:g}, "
+                      f"I2V {I2V_A14B.boundary:g})"),
         Input("guidance_high", "FLOAT", default=T2V_A14B.guidance, min=0.0, max=30.0, step=0.1,
-              tooltip="classifier-free guidance of the high-noise expert (T2V 4.0)"),
+              tooltip=f"classifier-free guidance of the high-noise expert (T2V {T2V_A14B.guidance})"),
         Input("guidance_low", "FLOAT", default=T2V_A14B.guidance_low, min=0.0, max=30.0, step=0.1,
-              tooltip="classifier-free guidance of the low-noise expert (T2V 3.0)"),
+              tooltip=f"classifier-free guidance of the low-noise expert (T2V {T2V_A14B.guidance_low})"),
     ),
     outputs=(Output("WANCORE_MODEL", "model"),),
     fn=moe,
@@ -58,7 +60,8 @@ def size_problems(width: int | None, height: int | None, frames: int | None) -> 
     return problems
 
 
-def validate_size(width: int | None = 1280, height: int | None = 704, frames: int | None = 121,
+def validate_size(width: int | None = TI2V_5B.width, height: int | None = TI2V_5B.height,
+                  frames: int | None = TI2V_5B.frames,
                   batch_size: int | None = 1) -> bool | str:
     problems = EMPTY_LATENT22.range_problems(width=width, height=height, frames=frames, batch_size=batch_size)
     problems = problems or size_problems(width, height, frames)
@@ -70,7 +73,8 @@ def _zero_latent(width: int, height: int, frames: int, batch_size: int) -> torch
     return torch.zeros(shape, device=host.intermediate_device())
 
 
-def empty_latent22(width: int = 1280, height: int = 704, frames: int = 121, batch_size: int = 1):
+def empty_latent22(width: int = TI2V_5B.width, height: int = TI2V_5B.height, frames: int = TI2V_5B.frames,
+                   batch_size: int = 1):
     checked = validate_size(width, height, frames, batch_size)
     if checked is not True:
         raise ValueError(checked)
@@ -79,11 +83,11 @@ def empty_latent22(width: int = 1280, height: int = 704, frames: int = 121, batc
 
 _SIZE_INPUTS = (
     Input("width", "INT", default=TI2V_5B.width, min=32, max=SIZE_LIMITS["width"][1], step=32,
-          tooltip="multiple of 32 (official 1280)"),
+          tooltip=f"multiple of 32 (official {TI2V_5B.width})"),
     Input("height", "INT", default=TI2V_5B.height, min=32, max=SIZE_LIMITS["height"][1], step=32,
-          tooltip="multiple of 32 (official 704)"),
+          tooltip=f"multiple of 32 (official {TI2V_5B.height})"),
     Input("frames", "INT", default=TI2V_5B.frames, min=1, max=SIZE_LIMITS["frames"][1], step=4,
-          tooltip="4n+1 (121 = 5 s at 24 fps)"),
+          tooltip=f"4n+1 ({TI2V_5B.frames} = {(TI2V_5B.frames - 1) // TI2V_5B.fps} s at {TI2V_5B.fps} fps)"),
     Input("batch_size", "INT", default=1, min=SIZE_LIMITS["batch_size"][0], max=SIZE_LIMITS["batch_size"][1]),
 )
 
@@ -99,8 +103,8 @@ EMPTY_LATENT22 = NodeSpec(
 )
 
 
-def image_to_video_latent22(vae, start_image: torch.Tensor, width: int = 1280, height: int = 704,
-                            frames: int = 121, batch_size: int = 1):
+def image_to_video_latent22(vae, start_image: torch.Tensor, width: int = TI2V_5B.width, height: int = TI2V_5B.height,
+                            frames: int = TI2V_5B.frames, batch_size: int = 1):
     checked = validate_size(width, height, frames, batch_size)
     if checked is not True:
         raise ValueError(checked)

@@ -22,23 +22,13 @@ import torch
 
 from ..sampling.hooks import BRANCH_BATCHED, BRANCH_COND, BRANCH_UNCOND
 from .attention_cache import AttentionCache, Segment
-from .calibration import Calibration, Calibrator, published_model
+from .calibration import Calibrator, published_model
 from .cfg_cache import CFGCache
-from .config import WAN_END, WAN_START, CacheConfig, as_config
+from .config import CacheConfig, as_config
 from .easycache import EasyCache
-from .magcache import MagCache, nearest_resample
-from .published import (
-    EASYCACHE_RETENTION,
-    EASYCACHE_THRESHOLD,
-    MAGCACHE_DEFAULTS,
-    MODEL_1_3B,
-    TEACACHE_COEFFICIENTS,
-    TEACACHE_FORCE_LAST,
-    TEACACHE_RETENTION_STEPS,
-    TEACACHE_THRESHOLD,
-)
+from .magcache import MagCache
 from .report import COMPUTED, ESTIMATED, REUSED, CacheReport
-from .schedule import Window, step_index, wan_cfg_interval
+from .runners import METHOD_RUNNERS, RunFacts
 from .teacache import TeaCache
 from .text_kv import TextKVCache
 
@@ -55,26 +45,27 @@ def branches_for(guidance: float) -> tuple[str, ...]:
 
 
 def _has_hooks(dit) -> bool:
-    return dit is not None and hasattr(dit, "cache") and callable(getattr(dit, "run_blocks", None))
-
-
-def _no_table(method: str, what: str, config) -> ValueError:
-    name = getattr(config, "name", "?")
-    dims = f"dim {getattr(config, 'dim', '?')}, {getattr(config, 'num_layers', '?')} blocks"
-    return ValueError(f"cache {method}: no published {what} for this model ({name}, {dims}); they exist for Wan "
-                      f"2.1 T2V 1.3B and 14B only: run method 'calibrate' on this model once and pass its "
-                      f"calibration")
+    """Whether ``dit`` runs the session's DiT-level hooks: a model that says so (``cache_hooks``, e.g. an adapter
+    whose own patches drive the session, as the nodes' native one does), or a WanCore DiT (a ``cache`` slot and
+    ``run_blocks``)."""
+    if dit is None:
+        return False
+    declared = getattr(dit, "cache_hooks", None)
+    if declared is not None:
+        return bool(declared)
+    return hasattr(dit, "cache") and callable(getattr(dit, "run_blocks", None))
 
 
 def start_session(cache, dit, steps: int, guidance: float) -> CacheSession:
     """Resolve ``cache`` (None = ``exact``, a preset name or a ``CacheConfig``) for ``dit`` and ``steps``;
-    raises ``ValueError`` (one line naming the setting and the valid values) before anything runs."""
+    raises ``ValueError`` (one line naming the setting and the valid values) before anything runs. The
+    method's own builder (``runners.METHOD_RUNNERS``) puts its parts on the session."""
     config = as_config(cache)
     m = config.method
+    runner = METHOD_RUNNERS[m]
     hooks = _has_hooks(dit)
     dit_config = getattr(dit, "config", None) if hooks else None
-    needs_dit = m in ("teacache", "magcache", "easycache", "calibrate") or (m == "wan" and config.attention != "off")
-    if needs_dit and not hooks:
+    if runner.needs_dit(config) and not hooks:
         raise ValueError(f"cache {m}: needs a WanCore DiT (wan_core.load_dit), got {type(dit).__name__}; use "
                          f"'exact' or 'off' with other models")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -85,61 +76,10 @@ def start_session(cache, dit, steps: int, guidance: float) -> CacheSession:
                          text_len=getattr(dit_config, "text_len", 512))
     session = CacheSession(report, config, text_kv=TextKVCache() if (config.uses_text_kv and hooks) else None,
                            uses_dit=hooks and m != "off")
-    model = published_model(dit_config)
     cal = config.calibration
     if cal is not None and dit_config is not None:
         cal.check_model(dit_config, f"cache {m}: calibration")
-    start, end = config.start, config.end
-
-    if m == "wan":
-        interval = config.cfg_interval or wan_cfg_interval(steps)
-        first, last = WAN_START if start is None else start, WAN_END if end is None else end
-        if len(branches) == 2:
-            session.cfg_cache = CFGCache(Window.of(first, last, steps, interval), config.alpha_low,
-                                         config.alpha_high, on_estimate=session._estimated)
-        if config.attention != "off":
-            session.attention = AttentionCache(Window.of(first, last, steps, config.attention_interval),
-                                               config.attention, evaluated=session.evaluates)
-    elif m == "teacache":
-        mode = config.teacache_mode
-        if config.coefficients is not None:
-            coefs = config.coefficients
-        elif cal is not None and mode in cal.teacache:
-            coefs = cal.teacache[mode]
-        elif model is not None:
-            coefs = TEACACHE_COEFFICIENTS[mode][model]
-        elif cal is not None:
-            raise ValueError(f"cache teacache: the calibration has no coefficients for mode {mode!r} (it has: "
-                             f"{', '.join(cal.teacache) or 'none'}); run method 'calibrate' again")
-        else:
-            raise _no_table(m, "TeaCache coefficients", dit_config)
-        threshold = config.threshold if config.threshold is not None else \
-            TEACACHE_THRESHOLD[mode].get(model or MODEL_1_3B, TEACACHE_THRESHOLD[mode][MODEL_1_3B])
-        first = step_index(start, steps) if start is not None else min(steps, TEACACHE_RETENTION_STEPS[mode])
-        stop = step_index(end, steps) if end is not None else steps - int(TEACACHE_FORCE_LAST[mode])
-        session.block_policy = TeaCache(coefs, threshold, mode, first, stop)
-    elif m == "magcache":
-        if cal is None:
-            if model is None:
-                raise _no_table(m, "MagCache ratios", dit_config)
-            cal = Calibration.published(model)
-        cond = list(cal.mag_cond)
-        uncond = list(cal.mag_uncond) or cond  # a table measured at guidance 1 serves both branches
-        if cal.steps != steps:
-            cond, uncond = nearest_resample(cond, steps), nearest_resample(uncond, steps)
-        defaults = MAGCACHE_DEFAULTS.get(model or MODEL_1_3B, MAGCACHE_DEFAULTS[MODEL_1_3B])
-        threshold = config.threshold if config.threshold is not None else defaults["threshold"]
-        max_skips = config.max_skips if config.max_skips is not None else int(defaults["max_skips"])
-        retention = start if start is not None else defaults["retention"]
-        stop = step_index(end, steps) if end is not None else steps
-        session.block_policy = MagCache(cond, uncond, threshold, max_skips, int(2 * steps * retention), stop)
-    elif m == "easycache":
-        threshold = config.threshold if config.threshold is not None else EASYCACHE_THRESHOLD
-        first = step_index(start if start is not None else EASYCACHE_RETENTION, steps)
-        stop = step_index(end, steps) if end is not None else steps - 1
-        session.model_policy = EasyCache(threshold, first, stop)
-    elif m == "calibrate":
-        session.block_policy = session.calibrator = Calibrator()
+    runner.build(session, RunFacts(config, steps, branches, dit_config, published_model(dit_config), cal))
     session.dit_config = dit_config
     return session
 

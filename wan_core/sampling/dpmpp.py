@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from .flow import log_snr, x0_from_velocity
-from .solver import SolverStep, StepCounter, sigma_list
+from .solver_base import SolverStep, StepCounter, sigma_list
 
 __all__ = ["DPMPP2MSolver"]
 

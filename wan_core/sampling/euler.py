@@ -6,7 +6,7 @@ from typing import Sequence
 import torch
 
 from .flow import x0_from_velocity
-from .solver import SolverStep, StepCounter, sigma_list
+from .solver_base import SolverStep, StepCounter, sigma_list
 
 __all__ = ["EulerSolver"]
 

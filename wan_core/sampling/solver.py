@@ -1,78 +1,33 @@
-"""Solver interface and registry: a solver integrates one sampling run over a fixed sigma schedule.
+"""Solver registry: a solver integrates one sampling run over a fixed sigma schedule.
 
 Implements the solver choice of docs/wan_spec.md sections 6.2-6.4 ("euler", "unipc", "dpm++"). Every solver here uses
 one model evaluation per step: the loop evaluates the velocity at (x_i, sigma_i) and calls ``step(i, x_i, v_i)``.
 A solver instance holds the multistep history of exactly one run (create one per run with ``make_solver``);
-there is no module-level state.
+there is no module-level state. The types every solver shares are in ``solver_base``.
 """
 from __future__ import annotations
 
-from typing import Callable, Literal, NamedTuple, Protocol, Sequence
+from typing import Callable, Literal, Sequence
 
 import torch
 
+from .dpmpp import DPMPP2MSolver
+from .euler import EulerSolver
+from .solver_base import FlowSolver, SolverStep, sigma_list
+from .unipc import UniPCSolver
+
 __all__ = ["SolverStep", "FlowSolver", "SOLVER_NAMES", "Solver", "make_solver", "sigma_list"]
 
+SOLVER_NAMES = ("unipc", "dpm++", "euler")
+Solver = Literal["unipc", "dpm++", "euler"]  # mirrors SOLVER_NAMES (a test keeps them equal)
 
-class SolverStep(NamedTuple):
-    """Result of one step: ``x`` the sample at sigma_{i+1}, ``x0`` the data estimate made at step i."""
-
-    x: torch.Tensor
-    x0: torch.Tensor
-
-
-class FlowSolver(Protocol):
-    """One run of a flow-matching solver over ``sigmas`` (``N + 1`` floats, strictly decreasing to 0)."""
-
-    sigmas: list[float]
-
-    def step(self, index: int, x: torch.Tensor, velocity: torch.Tensor) -> SolverStep:
-        """Advance ``x`` (any shape, e.g. ``[B, 16, F, H, W]``) from sigma_index to sigma_{index+1}.
-
-        ``velocity``: the model's flow prediction ``v = eps - x0`` at (x, sigma_index), same shape as ``x``.
-        Steps must be taken in order 0, 1, ..., N-1.
-        """
-        ...
-
-
-def sigma_list(sigmas: Sequence[float] | torch.Tensor) -> list[float]:
-    """Sigmas as Python floats (exact copies of float32 values); needs at least 2 entries."""
-    values = sigmas.tolist() if isinstance(sigmas, torch.Tensor) else [float(s) for s in sigmas]
-    if len(values) < 2:
-        raise ValueError(f"a solver needs at least 2 sigmas (one step); got {values}")
-    return values
-
-
-class StepCounter:
-    """Checks that a solver's steps come in order 0..N-1 (its history is only valid that way)."""
-
-    def __init__(self, num_steps: int, name: str):
-        self.num_steps = num_steps
-        self.name = name
-        self.next_index = 0
-
-    def advance(self, index: int) -> None:
-        if index != self.next_index or index >= self.num_steps:
-            raise RuntimeError(
-                f"{self.name} solver: step {index} requested, but the next step of this run is "
-                f"{self.next_index} of {self.num_steps}; create a new solver (make_solver) for each run"
-            )
-        self.next_index += 1
+_SOLVERS: dict[str, Callable[[Sequence[float] | torch.Tensor], FlowSolver]] = {
+    "euler": EulerSolver, "unipc": UniPCSolver, "dpm++": DPMPP2MSolver}
 
 
 def make_solver(name: Solver, sigmas: Sequence[float] | torch.Tensor) -> FlowSolver:
     """A fresh solver ``name`` in ``SOLVER_NAMES`` for one run over ``sigmas`` (``[N + 1]``)."""
-    from .dpmpp import DPMPP2MSolver
-    from .euler import EulerSolver
-    from .unipc import UniPCSolver
-
-    solvers: dict[str, Callable[[Sequence[float] | torch.Tensor], FlowSolver]] = {
-        "euler": EulerSolver, "unipc": UniPCSolver, "dpm++": DPMPP2MSolver}
-    cls = solvers.get(name)
+    cls = _SOLVERS.get(name)
     if cls is None:
         raise ValueError(f"solver={name!r} is not known; valid: {', '.join(SOLVER_NAMES)}")
     return cls(sigmas)
-
-
-SOLVER_NAMES = ("unipc", "dpm++", "euler")
-Solver = Literal["unipc", "dpm++", "euler"]  # mirrors SOLVER_NAMES (a test keeps them equal)

@@ -26,7 +26,7 @@ from typing import Sequence
 import torch
 
 from .flow import log_snr, x0_from_velocity
-from .solver import SolverStep, StepCounter, sigma_list
+from .solver_base import SolverStep, StepCounter, sigma_list
 
 __all__ = ["UniPCSolver"]
 

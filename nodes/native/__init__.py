@@ -1,0 +1,69 @@
+"""WanCore speed-ups as ``MODEL -> MODEL`` patches for ComfyUI's native Wan model (docs/native_patches.md).
+
+One module per idea. ``host`` (the ComfyUI adapter) never imports this package; ``patcher`` and ``specs`` import
+``host``, the patch cores do not:
+
+* ``attention_patch`` - :class:`NativeAttention`, the ``optimized_attention_override`` (backends, skiparse),
+  and the block / grid patches that tell it where a call comes from;
+* ``cache_patch`` - :class:`NativeCache` / :class:`NativeCacheRun`, ``wan_core.cache`` driven from ComfyUI's
+  wrappers, and :class:`CacheAttention` (the ``wan`` preset's attention cache);
+* ``patcher`` - puts them on a clone of a ComfyUI ``ModelPatcher`` (the ComfyUI names from ``host``);
+* ``specs`` - the three nodes (WanCore Native Attention, Native Cache, Embeds to Conditioning).
+
+The patch cores are plain Python (no ``comfy`` import), so they are tested without ComfyUI.
+"""
+from __future__ import annotations
+
+from .. import host
+from .attention_patch import (
+    CACHE_CALLS_KEY,
+    CALLS_KEY,
+    NATIVE_BACKENDS,
+    NativeAttention,
+    attention_block_patch,
+    grid_wrapper,
+    parse_ks,
+    transformer_options_of,
+)
+from .cache_patch import (
+    RUN_KEY,
+    CacheAttention,
+    NativeCache,
+    NativeCacheRun,
+    NativeDiT,
+    block_patch,
+    branch_name,
+    calc_cond_batch_wrapper,
+    diffusion_model_wrapper,
+    guidance_of,
+    native_config,
+    sample_wrapper,
+    step_of,
+)
+from .patcher import native_attention_patch, native_cache_patch
+from .specs import (
+    ATTENTION,
+    CACHE,
+    CATEGORY,
+    CONDITIONING,
+    NATIVE_METHODS,
+    NODES,
+    SKIPARSE_CHOICES,
+    attention_override,
+    cache_setting,
+    patch_attention,
+    patch_cache,
+    to_conditioning,
+    validate_attention,
+    validate_cache,
+)
+
+__all__ = [
+    "ATTENTION", "CACHE", "CACHE_CALLS_KEY", "CALLS_KEY", "CATEGORY", "CONDITIONING", "NATIVE_BACKENDS",
+    "NATIVE_METHODS", "NODES", "RUN_KEY", "SKIPARSE_CHOICES", "CacheAttention", "NativeAttention", "NativeCache",
+    "NativeCacheRun", "NativeDiT", "attention_block_patch", "attention_override", "block_patch", "branch_name",
+    "cache_setting", "calc_cond_batch_wrapper", "diffusion_model_wrapper", "grid_wrapper", "guidance_of", "host",
+    "native_attention_patch", "native_cache_patch", "native_config", "parse_ks", "patch_attention", "patch_cache",
+    "sample_wrapper", "step_of", "to_conditioning", "transformer_options_of", "validate_attention",
+    "validate_cache",
+]

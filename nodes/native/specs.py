@@ -1,0 +1,177 @@
+"""The native-MODEL nodes: WanCore Native Attention, WanCore Native Cache, WanCore Embeds to Conditioning."""
+from __future__ import annotations
+
+import torch
+
+from wan_core.attention.skiparse import SCHEDULES
+from wan_core.cache import ATTENTION_CHOICES, METHODS, TEACACHE_MODES, start_session
+
+from .. import cache as _cache_node
+from .. import host
+from ..declare import Input, NodeSpec, Output
+from .attention_patch import NATIVE_BACKENDS, NativeAttention, parse_ks
+from .cache_patch import NativeCache, NativeDiT, native_config
+from .patcher import native_attention_patch, native_cache_patch
+
+CATEGORY = "WanCore/native"
+SKIPARSE_CHOICES = SCHEDULES
+
+
+def attention_override(backend: str = "sdpa", skiparse: str = "none", k: int = 4,
+                       custom_ks: str = "") -> NativeAttention:
+    """The :class:`NativeAttention` for the node's widget values (one-line ValueError when invalid)."""
+    ks = parse_ks(custom_ks) if skiparse == "custom" else None
+    return NativeAttention(backend, skiparse, k, ks)
+
+
+def patch_attention(model, backend: str = "sdpa", skiparse: str = "none", k: int = 4, custom_ks: str = ""):
+    what = "WanCore Native Attention"
+    dm = host.native_wan_model(model, what)
+    override = attention_override(backend, skiparse, k, custom_ks)
+    layers = len(dm.blocks)
+    try:
+        override.check_layers(layers)
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
+    if override.is_noop:
+        return (model,)
+    host.show_text(f"{what}: {override.describe()} on {type(dm).__name__} ({layers} blocks)")
+    return (native_attention_patch(model, override, layers),)
+
+
+def validate_attention(backend: str = "sdpa", skiparse: str = "none", k: int = 4,
+                       custom_ks: str | None = "") -> bool | str:
+    problems = ATTENTION.range_problems(k=k)
+    if problems:
+        return "; ".join(problems)
+    try:
+        if k is not None and custom_ks is not None and backend is not None and skiparse is not None:
+            attention_override(backend, skiparse, k, custom_ks)
+    except ValueError as e:
+        return str(e)
+    return True
+
+
+ATTENTION = NodeSpec(
+    node_id="WanCoreNativeAttention", display_name="WanCore Native Attention", category=CATEGORY,
+    description="Patches a native Wan 2.1/2.2 MODEL (Load Diffusion Model, LoRA loaders, ModelSamplingSD3...) "
+                "with WanCore's attention: 8-bit attention (sage = the SageAttention kernel on CUDA, its int8 "
+                "algorithm elsewhere) and skiparse sparse self-attention. Returns a patched copy; sdpa + none "
+                "returns the model unchanged.",
+    inputs=(
+        Input("model", "MODEL"),
+        Input("backend", "COMBO", default="sdpa", options=NATIVE_BACKENDS,
+              tooltip="sdpa: ComfyUI's own attention; sage: SageAttention kernel (CUDA; falls back to int8); "
+                      "int8: the SageAttention algorithm in torch (any device)"),
+        Input("skiparse", "COMBO", default="none", options=SKIPARSE_CHOICES,
+              tooltip="sparse self-attention schedule: none; osp13 (first/last 2 blocks dense, ratio k); suv "
+                      "(U-shaped ratios 1-8); custom (one ratio per block below). Changes the output."),
+        Input("k", "INT", default=4, min=2, max=8, step=1, tooltip="osp13: sparse ratio of the sparse blocks"),
+        Input("custom_ks", "STRING", default="", optional=True, advanced=True,
+              tooltip="custom: one ratio per block, e.g. '1 1 4 4 4 4 1 1' (1 = dense)"),
+    ),
+    outputs=(Output("MODEL", "model"),),
+    fn=patch_attention,
+    validate=validate_attention,
+    search_aliases=("sage attention", "skiparse", "sparse attention", "int8 attention"),
+)
+
+
+def cache_setting(method: str = "easycache", threshold: float = -1.0, start: float = -1.0, end: float = -1.0,
+                  attention: str = "extrapolate", teacache_mode: str = "e", calibration: str = "") -> NativeCache:
+    return NativeCache(_cache_node.build(method, threshold, start, end, attention, teacache_mode, calibration))
+
+
+def patch_cache(model, method: str = "easycache", threshold: float = -1.0, start: float = -1.0, end: float = -1.0,
+                attention: str = "extrapolate", teacache_mode: str = "e", calibration: str = ""):
+    what = "WanCore Native Cache"
+    dm = host.native_wan_model(model, what)
+    cache = cache_setting(method, threshold, start, end, attention, teacache_mode, calibration)
+    if cache.is_noop:
+        return (model,)
+    try:  # the errors of a run (no published table for this model, a calibration of another model) now
+        start_session(cache.native_config(), NativeDiT(native_config(dm)), 2, 2.0)
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
+    return (native_cache_patch(model, cache, len(dm.blocks)),)
+
+
+def validate_cache(method: str = "easycache", threshold: float = -1.0, start: float = -1.0, end: float = -1.0,
+                   attention: str = "extrapolate", teacache_mode: str = "e",
+                   calibration: str | None = "") -> bool | str:
+    return _cache_node.validate_cache(method, threshold, start, end, attention, teacache_mode, calibration or "")
+
+
+NATIVE_METHODS = tuple(m for m in METHODS if m != "exact")
+
+CACHE = NodeSpec(
+    node_id="WanCoreNativeCache", display_name="WanCore Native Cache", category=CATEGORY,
+    description="Patches a native Wan MODEL with a WanCore diffusion cache (docs/caches.md): wan (the Wan "
+                "report's CFG cache and attention cache), teacache, magcache, easycache, or calibrate. Returns a "
+                "patched copy; 'off' returns the model unchanged. The DiT evaluations computed and skipped are "
+                "shown when sampling ends.",
+    inputs=(
+        Input("model", "MODEL"),
+        Input("method", "COMBO", default="easycache", options=NATIVE_METHODS,
+              tooltip="; ".join(f"{m}: {_cache_node.DESCRIPTIONS[m]}" for m in NATIVE_METHODS)),
+        Input("threshold", "FLOAT", default=-1.0, min=-1.0, max=100.0, step=0.01,
+              tooltip="-1 = the method's published default; 0 never reuses; higher = faster, lossier"),
+        Input("start", "FLOAT", default=-1.0, min=-1.0, max=1.0, step=0.01,
+              tooltip="fraction of the steps before which every step is computed; -1 = the method's default"),
+        Input("end", "FLOAT", default=-1.0, min=-1.0, max=1.0, step=0.01,
+              tooltip="fraction of the steps from which every step is computed again; -1 = the method's default"),
+        Input("attention", "COMBO", default="extrapolate", options=ATTENTION_CHOICES, advanced=True,
+              tooltip="wan: self-attention between computed steps linearly extrapolated from the last two "
+                      "(default), reused as is (less memory, less accurate), or off (the CFG cache only)"),
+        Input("teacache_mode", "COMBO", default="e", options=TEACACHE_MODES, advanced=True,
+              tooltip="teacache indicator: e = timestep embedding, e0 = time projection"),
+        Input("calibration", "STRING", default="", multiline=True, optional=True, advanced=True,
+              tooltip="teacache / magcache on models without published numbers: the text a 'calibrate' run shows"),
+    ),
+    outputs=(Output("MODEL", "model"),),
+    fn=patch_cache,
+    validate=validate_cache,
+    search_aliases=("teacache", "magcache", "easycache", "step cache"),
+)
+
+
+def to_conditioning(embeds: dict, text_len: int = 512):
+    """WanCore embeddings -> native CONDITIONING ``[[tensor [1, text_len, D], {}]]`` for positive and negative,
+    zero-padded to ``text_len`` rows like ComfyUI's own umT5 encoder output."""
+    if not isinstance(embeds, dict) or "cond" not in embeds or "uncond" not in embeds:
+        raise ValueError("embeds: expected the output of WanCore Text Encode")
+
+    def one(rows: list, which: str) -> list:
+        out = []
+        for r in rows:
+            r = torch.as_tensor(r)
+            if r.dim() == 3 and r.shape[0] == 1:
+                r = r[0]
+            if r.dim() != 2:
+                raise ValueError(f"embeds {which}: expected [tokens, dim] rows, got {list(r.shape)}")
+            if r.shape[0] > text_len:
+                raise ValueError(f"embeds {which}: {r.shape[0]} tokens exceed text_len {text_len}; raise text_len "
+                                 f"or shorten the prompt")
+            padded = torch.zeros(text_len, r.shape[1], dtype=torch.float32)
+            padded[: r.shape[0]] = r.float()
+            out.append([padded[None].to(host.intermediate_device()), {}])
+        return out
+
+    return (one(embeds["cond"], "positive"), one(embeds["uncond"], "negative"))
+
+
+CONDITIONING = NodeSpec(
+    node_id="WanCoreEmbedsToConditioning", display_name="WanCore Embeds to Conditioning", category=CATEGORY,
+    description="Turns WanCore Text Encode's embeddings (our umT5 loader: fp8 scaled files, prompt cache) into "
+                "native CONDITIONING for KSampler and the other native samplers.",
+    inputs=(
+        Input("embeds", "WANCORE_EMBEDS"),
+        Input("text_len", "INT", default=512, min=1, max=4096, step=1,
+              tooltip="rows of the conditioning (zero-padded): 512 for the released Wan models, like ComfyUI's "
+                      "umT5 encoder; the built-in demo model uses 32"),
+    ),
+    outputs=(Output("CONDITIONING", "positive"), Output("CONDITIONING", "negative")),
+    fn=to_conditioning,
+)
+
+NODES = (ATTENTION, CACHE, CONDITIONING)
