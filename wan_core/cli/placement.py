@@ -5,7 +5,7 @@ or a plain move, then --compile-blocks) with one loop over its experts (docs/mem
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import UsageError
 
@@ -78,7 +78,7 @@ def swap_experts(dit, blocks: int, prefetch: int, device) -> list:
     from ..memory import enable_block_swap
 
     waits = is_moe(dit) and dit.offload_device is not None
-    return [enable_block_swap(expert, min(blocks, len(expert.blocks)), prefetch, device=device,
+    return [enable_block_swap(expert, min(blocks, len(cast(Any, expert).blocks)), prefetch, device=device,
                               place_resident=not (name == "low" and waits))
             for name, expert in experts(dit)]
 

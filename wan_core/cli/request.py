@@ -9,9 +9,15 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from .. import variants
 from .errors import UsageError
+
+if TYPE_CHECKING:  # Literal types only: the request stays torch-free
+    from ..memory.offload import DitOffload, TextEncoderOffload, VaeOffload
+    from ..sampling.schedule import Convention
+    from ..sampling.solver import Solver
 
 # Settings a flag left unset takes, in this order (the names of the flags)
 SAMPLING = ("width", "height", "frames", "steps", "guidance", "shift", "fps")
@@ -57,7 +63,7 @@ class GenerateRequest:
     steps: int
     guidance: float
     shift: float
-    solver: str
+    solver: Solver
     convention: str
     seed: int
     nag_scale: float
@@ -72,9 +78,9 @@ class GenerateRequest:
     blocks_to_swap: int
     prefetch: int
     compile_blocks: bool
-    text_encoder_offload: str
-    vae_offload: str
-    dit_offload: str
+    text_encoder_offload: TextEncoderOffload
+    vae_offload: VaeOffload
+    dit_offload: DitOffload
     fps: int
     tiling: str
     ti2v_image: str | None = None  # --image of a TI2V-5B DiT: its first frame, not Wan 2.1 I2V conditioning
@@ -204,7 +210,8 @@ def generation_config(request: GenerateRequest):
     cfg = GenerationConfig(
         prompt=request.prompt, negative_prompt=request.negative_prompt, width=request.width, height=request.height,
         frames=request.frames, steps=request.steps, guidance=request.guidance, shift=request.shift,
-        solver=request.solver, seed=request.seed, convention=request.convention, batched_cfg=request.cfg_batched,
+        solver=request.solver, seed=request.seed, convention=cast("Convention", request.convention),
+        batched_cfg=request.cfg_batched,  # lightx2v_distill: replaced by "custom" below
     )
     try:
         if request.convention == "lightx2v_distill":

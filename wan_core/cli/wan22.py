@@ -82,6 +82,8 @@ def with_low_noise_expert(request: "GenerateRequest", dit, accel: dict):
     from ..dit.moe import WanMoE
     from .model_files import identify
 
+    # the request's checks saw both experts; its defaults filled the boundary and the low-noise guidance
+    assert request.dit_low is not None and request.boundary is not None and request.guidance_low is not None
     low_path = Path(request.dit_low).expanduser()
     print(f"wan_core: low-noise expert: {request.dit_low} ({identify(low_path, 'dit').what})", file=sys.stderr)
     on_gpu = dit.device.type == "cuda"
