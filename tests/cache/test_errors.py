@@ -47,7 +47,7 @@ def test_unknown_preset_through_the_pipeline_and_cli(dit, capsys):
     with pytest.raises(ValueError) as e:
         run(dit, "turbo", steps=2)
     assert "valid: off, exact, wan" in one_line(e)
-    from wan_core.cli.app import main
+    from wan_core.cli import main
 
     assert main(["generate", "--preset", "tiny-random", "--prompt", "x", "--out", "x.mp4", "--cache", "turbo"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

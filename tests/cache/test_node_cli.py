@@ -69,7 +69,8 @@ def test_sampler_with_and_without_the_cache_input(nodes, tiny, monkeypatch):
 
 
 def test_cli_prints_the_cache_line(tmp_path, capsys):
-    from wan_core.cli.app import CACHES, main
+    from wan_core.cli import main
+    from wan_core.cli.parser import CACHES
 
     assert CACHES == PRESETS
     code = main(["generate", "--preset", "tiny-random", "--prompt", "a fox", "--out", str(tmp_path / "frames"),

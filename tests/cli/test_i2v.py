@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wan_core.cli import app as cli
+from wan_core.cli import main, models as cli_models
 
 CLIP = 24
 
@@ -50,7 +50,7 @@ def models(tmp_path_factory):
 
 
 def run(capsys, *args):
-    code = cli.main(["generate", "--prompt", "a fox", "--width", "64", "--height", "48", "--frames", "5",
+    code = main(["generate", "--prompt", "a fox", "--width", "64", "--height", "48", "--frames", "5",
                      "--steps", "2", *args])
     return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
 
@@ -117,9 +117,9 @@ def test_image_without_size_gets_the_official_i2v_size(models, tmp_path, capsys,
     class Loaded(Exception):
         pass
 
-    monkeypatch.setattr(cli, "load_models", lambda *a, **k: (_ for _ in ()).throw(Loaded()))
+    monkeypatch.setattr(cli_models, "load_models", lambda *a, **k: (_ for _ in ()).throw(Loaded()))
     with pytest.raises(Loaded):
-        cli.main(["generate", "--prompt", "a fox", "--models-dir", str(models), "--image", str(models / "start.png"),
+        main(["generate", "--prompt", "a fox", "--models-dir", str(models), "--image", str(models / "start.png"),
                   "--out", str(tmp_path / "x.webp"), "--debug"])
     lines = capsys.readouterr().err.splitlines()
     assert any("video size 736x528" in line for line in lines), lines

@@ -12,7 +12,11 @@ import time
 
 import pytest
 
-from wan_core.cli import app as cli
+from wan_core.cli import main, models as cli_models
+from wan_core.cli.errors import UsageError
+from wan_core.cli.parser import build_parser
+from wan_core.cli.placement import check_memory
+from wan_core.cli.request import resolve
 
 
 class Loaded(Exception):
@@ -24,12 +28,12 @@ def tripwire(monkeypatch):
     def load_models(*a, **k):
         raise Loaded()
 
-    monkeypatch.setattr(cli, "load_models", load_models)
+    monkeypatch.setattr(cli_models, "load_models", load_models)
 
 
 def run(capsys, *args: str, preset: bool = True) -> tuple[int, list[str]]:
     argv = ["generate", *(["--preset", "tiny-random"] if preset else []), *args]
-    code = cli.main(argv)
+    code = main(argv)
     err = capsys.readouterr().err
     return code, [line for line in err.splitlines() if line.strip()]
 
@@ -62,7 +66,7 @@ def test_bad_numbers_are_refused_before_loading(capsys, tripwire, tmp_path, flag
 
 def test_largest_seed_is_accepted(capsys, tripwire, tmp_path):
     with pytest.raises(Loaded):
-        cli.main(["generate", "--preset", "tiny-random", "--prompt", "a fox", "--out", str(tmp_path / "x.webp"),
+        main(["generate", "--preset", "tiny-random", "--prompt", "a fox", "--out", str(tmp_path / "x.webp"),
                   "--seed", str(2**64 - 1), "--debug"])
 
 
@@ -79,7 +83,7 @@ def test_bad_prompts_are_refused_before_loading(capsys, tripwire, tmp_path, prom
 
 def test_empty_negative_prompt_is_allowed(capsys, tripwire, tmp_path):
     with pytest.raises(Loaded):
-        cli.main(["generate", "--preset", "tiny-random", "--prompt", "a fox", "--negative-prompt", "",
+        main(["generate", "--preset", "tiny-random", "--prompt", "a fox", "--negative-prompt", "",
                   "--out", str(tmp_path / "x.webp"), "--debug"])
 
 
@@ -122,7 +126,7 @@ def test_empty_or_earlier_frames_folder_is_accepted(capsys, tripwire, tmp_path):
     (earlier / "frame_00000.png").write_bytes(b"")
     for out in (empty, earlier):
         with pytest.raises(Loaded):
-            cli.main(["generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(out), "--debug"])
+            main(["generate", "--preset", "tiny-random", "--prompt", "x", "--out", str(out), "--debug"])
 
 
 def test_missing_model_paths_are_one_line(capsys, tmp_path):
@@ -145,12 +149,12 @@ def test_check_memory_uses_the_dit_size_and_the_device(monkeypatch):
 
     from wan_core import estimate
 
-    args = cli.build_parser().parse_args(["generate", "--prompt", "x", "--out", "x.mp4", "--width", "832",
-                                          "--height", "480", "--frames", "81"])
+    request = resolve(build_parser().parse_args(["generate", "--prompt", "x", "--out", "x.mp4", "--width", "832",
+                                                 "--height", "480", "--frames", "81"]))
     monkeypatch.setattr(estimate, "total_memory", lambda device=None: 2 << 30)  # a 2 GiB machine
-    with pytest.raises(cli.UsageError, match="the 1.3B DiT needs at least"):
-        cli.check_memory(args, torch.device("cpu"), "1.3B")
-    cli.check_memory(args, torch.device("cpu"), None)  # a test-size model: only latent and frames, which fit
+    with pytest.raises(UsageError, match="the 1.3B DiT needs at least"):
+        check_memory(request, torch.device("cpu"), "1.3B")
+    check_memory(request, torch.device("cpu"), None)  # a test-size model: only latent and frames, which fit
 
 
 # ---------------------------------------------------------------- errors from deeper down
@@ -173,7 +177,7 @@ def test_errors_become_one_line_and_an_exit_code(capsys, monkeypatch, tmp_path, 
     def load_models(*a, **k):
         raise make()
 
-    monkeypatch.setattr(cli, "load_models", load_models)
+    monkeypatch.setattr(cli_models, "load_models", load_models)
     got, lines = run(capsys, "--prompt", "x", "--out", str(tmp_path / "x.webp"))
     assert got == code and len(lines) == 1 and lines[0].startswith(expected), lines
     assert not any("Traceback" in line for line in lines)
@@ -183,10 +187,10 @@ def test_debug_shows_the_traceback(capsys, monkeypatch, tmp_path):
     def load_models(*a, **k):
         raise ValueError("deep down")
 
-    monkeypatch.setattr(cli, "load_models", load_models)
+    monkeypatch.setattr(cli_models, "load_models", load_models)
     for argv in (["--debug", "generate"], ["generate", "--debug"]):
         with pytest.raises(ValueError, match="deep down"):
-            cli.main([*argv, "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "x.webp")])
+            main([*argv, "--preset", "tiny-random", "--prompt", "x", "--out", str(tmp_path / "x.webp")])
 
 
 def test_undecodable_argv_bytes_end_to_end(tmp_path):

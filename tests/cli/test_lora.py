@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wan_core.cli.app import parse_lora
+from wan_core.cli.loras import parse_lora
 from wan_core.demo import tiny_random_models
 from wan_core.cli.video_io import read_metadata
 
@@ -53,7 +53,7 @@ def test_distilled_run_with_two_loras(tmp_path):
 
 def run_in_process(capsys, *args: str) -> tuple[int, str]:
     """The CLI's flag checks run before any model is loaded: called in this process (no interpreter start)."""
-    from wan_core.cli.app import main
+    from wan_core.cli import main
 
     code = main(list(args))
     return code, capsys.readouterr().err

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wan_core.cli import app as cli
+from wan_core.cli import main, models as cli_models
+from wan_core.cli.errors import UsageError
+from wan_core.cli.parser import build_parser
+from wan_core.cli.placement import check_memory
+from wan_core.cli.request import resolve
 
 
 class Loaded(Exception):
@@ -14,9 +18,9 @@ class Loaded(Exception):
 
 def run(capsys, monkeypatch, *args: str, tripwire: bool = True) -> tuple[object, list[str]]:
     if tripwire:
-        monkeypatch.setattr(cli, "load_models", lambda *a, **k: (_ for _ in ()).throw(Loaded()))
+        monkeypatch.setattr(cli_models, "load_models", lambda *a, **k: (_ for _ in ()).throw(Loaded()))
     try:
-        code: object = cli.main(["generate", "--prompt", "a fox", "--width", "32", "--height", "32", "--frames", "5",
+        code: object = main(["generate", "--prompt", "a fox", "--width", "32", "--height", "32", "--frames", "5",
                                  *args])
     except Loaded:
         code = "loaded"
@@ -62,14 +66,14 @@ def test_run_prints_peak_memory_per_stage(capsys, monkeypatch, tmp_path):
 
 def test_swapped_blocks_do_not_count_against_the_gpu(monkeypatch):
     """The 14B fp8 DiT on a 12 GiB card: refused up front without swap, accepted with 30 of 40 blocks swapped."""
-    from types import SimpleNamespace
-
     from wan_core import estimate
 
     monkeypatch.setattr(estimate, "total_memory", lambda device=None: 12 * 2**30 if device is not None and
                         getattr(device, "type", device) == "cuda" else 64 * 2**30)
-    args = SimpleNamespace(width=832, height=480, frames=81, weights="fp8_scaled", blocks_to_swap=0, prefetch=1)
-    with pytest.raises(cli.UsageError, match="14B DiT needs at least"):
-        cli.check_memory(args, torch.device("cuda"), "14B", 40)
-    args.blocks_to_swap = 30
-    cli.check_memory(args, torch.device("cuda"), "14B", 40)
+    request = resolve(build_parser().parse_args(["generate", "--prompt", "x", "--out", "x.mp4", "--width", "832",
+                                                 "--height", "480", "--frames", "81", "--weights", "fp8_scaled"]))
+    assert (request.blocks_to_swap, request.prefetch) == (0, 1)
+    with pytest.raises(UsageError, match="14B DiT needs at least"):
+        check_memory(request, torch.device("cuda"), "14B", 40, swapped=request.blocks_to_swap)
+    request = request.replace(blocks_to_swap=30)  # placement.swap_blocks: all 30 swapped on a GPU
+    check_memory(request, torch.device("cuda"), "14B", 40, swapped=request.blocks_to_swap)

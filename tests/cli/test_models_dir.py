@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wan_core.cli import app as cli
+from wan_core.cli import main, models as cli_models
 from wan_core.cli.model_files import find_model, identify
 
 
@@ -56,9 +56,9 @@ def run_until_loading(capsys, monkeypatch, *args):
     def load_models(*a, **k):
         raise Loaded()
 
-    monkeypatch.setattr(cli, "load_models", load_models)
+    monkeypatch.setattr(cli_models, "load_models", load_models)
     try:
-        code = cli.main(["generate", "--prompt", "a fox", "--out", "x.webp", "--width", "32", "--height", "32",
+        code = main(["generate", "--prompt", "a fox", "--out", "x.webp", "--width", "32", "--height", "32",
                          "--frames", "5", "--debug", *args])
     except Loaded:
         code = "loaded"
@@ -77,8 +77,8 @@ def test_wan22_vae_beside_wan21_vae_picks_the_wan21_one_and_says_so(tmp_path, ti
 
 def test_two_dits_are_refused_with_the_candidates(tmp_path, tiny_files, capsys, monkeypatch):
     root = make_dir(tmp_path, tiny_files, {**BASE, "diffusion_models/wan2.1_t2v_14B_bf16.safetensors": "dit"})
-    monkeypatch.setattr(cli, "load_models", lambda *a, **k: (_ for _ in ()).throw(Loaded()))
-    code = cli.main(["generate", "--prompt", "a fox", "--out", str(tmp_path / "x.webp"), "--models-dir", str(root)])
+    monkeypatch.setattr(cli_models, "load_models", lambda *a, **k: (_ for _ in ()).throw(Loaded()))
+    code = main(["generate", "--prompt", "a fox", "--out", str(tmp_path / "x.webp"), "--models-dir", str(root)])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1, lines
     assert "2 files in" in lines[0] and "wan2.1_t2v_1.3B_fp16.safetensors" in lines[0]
@@ -105,8 +105,8 @@ def test_files_are_recognised_by_header_not_by_name(tmp_path, tiny_files, capsys
 
 
 def test_wrong_explicit_file_is_refused_before_loading(tmp_path, tiny_files, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "load_models", lambda *a, **k: (_ for _ in ()).throw(Loaded()))
-    code = cli.main(["generate", "--prompt", "a fox", "--out", str(tmp_path / "x.webp"), "--dit",
+    monkeypatch.setattr(cli_models, "load_models", lambda *a, **k: (_ for _ in ()).throw(Loaded()))
+    code = main(["generate", "--prompt", "a fox", "--out", str(tmp_path / "x.webp"), "--dit",
                      str(tiny_files["vae"]), "--vae", str(tiny_files["vae"]), "--text-encoder", str(tiny_files["te"])])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and "--dit" in lines[0] and "Wan 2.1 video VAE" in lines[0], lines

@@ -10,12 +10,13 @@ import time
 import pytest
 import torch
 
-from wan_core.cli import app as cli
+from wan_core.cli import main
+from wan_core.cli.parser import SOLVERS, build_parser
 from wan_core.cli.video_io import OUTPUT_FORMATS, read_metadata, write_video
 
 
 def test_help_is_fast_and_does_not_import_torch():
-    code = ("import sys, time; t = time.perf_counter(); from wan_core.cli.app import build_parser; "
+    code = ("import sys, time; t = time.perf_counter(); from wan_core.cli.parser import build_parser; "
             "h = build_parser()._subparsers._group_actions[0].choices['generate'].format_help(); "
             "print('torch' in sys.modules, time.perf_counter() - t)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
@@ -33,9 +34,9 @@ def test_help_is_fast_and_does_not_import_torch():
 def test_one_list_of_output_formats_and_solvers():
     from wan_core.sampling import SOLVER_NAMES
 
-    help_text = " ".join(cli.build_parser()._subparsers._group_actions[0].choices["generate"].format_help().split())
+    help_text = " ".join(build_parser()._subparsers._group_actions[0].choices["generate"].format_help().split())
     assert all(ext in help_text for ext in OUTPUT_FORMATS)
-    assert cli.SOLVERS == tuple(SOLVER_NAMES)
+    assert SOLVERS == tuple(SOLVER_NAMES)
 
 
 def _video(frames: int = 3, h: int = 32, w: int = 48) -> torch.Tensor:
@@ -85,7 +86,7 @@ def test_fast_gif_keeps_a_duration_gif_can_store(tmp_path):
 def test_generate_final_line_decode_total_and_metadata(tmp_path, capsys):
     av = pytest.importorskip("av")
     out = tmp_path / "x.mp4"
-    code = cli.main(["generate", "--preset", "tiny-random", "--prompt", "a fox é", "--seed", "7", "--out", str(out),
+    code = main(["generate", "--preset", "tiny-random", "--prompt", "a fox é", "--seed", "7", "--out", str(out),
                      "--frames", "5", "--width", "32", "--height", "32", "--steps", "1", "--guidance", "1"])
     err = capsys.readouterr().err
     assert code == 0, err

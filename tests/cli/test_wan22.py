@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wan_core.cli.app import main
+from wan_core.cli import main
 from wan_core.demo import random_vae_model, tiny_random_models, tiny_tokenizer_bytes
 from wan_core.dit.model import WanDiT
 from wan_core.vae import TINY_VAE22

@@ -4,7 +4,6 @@ them: --lora (applied to each expert with ``wan_core.apply_lora``), --blocks-to-
 boundary 0.900, shift 5.0, guidance 3.5 / 3.5). Tiny random models written to temporary files."""
 from __future__ import annotations
 
-import argparse
 import copy
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wan_core.cli.app import main
+from wan_core.cli import main
 from wan_core.demo import tiny_random_models, tiny_tokenizer_bytes
 from wan_core.cli.video_io import read_metadata
 
@@ -136,10 +135,10 @@ def _tiny_moe(seed: int):
 
 @pytest.mark.parametrize("blocks, prefetch", [(1, 0), (2, 1)])
 def test_block_swap_on_each_expert_same_latents(blocks, prefetch):
-    """``wan22_cli.swap_experts`` (what --blocks-to-swap does on a GPU), the CPU standing in for both devices: each
+    """``placement.swap_experts`` (what --blocks-to-swap does on a GPU), the CPU standing in for both devices: each
     expert streams its swapped blocks (at most prefetch + 1 resident), the latents equal the unswapped run's."""
     from wan_core.pipeline import GenerationConfig, WanPipeline
-    from wan_core.cli.wan22 import swap_experts
+    from wan_core.cli.placement import swap_experts
 
     moe = _tiny_moe(5)
     plain = copy.deepcopy(moe)
@@ -171,14 +170,19 @@ def test_i2v_a14b_experts_from_the_command_line(files, tmp_path, capsys):
 
 
 def test_i2v_a14b_settings_follow_the_image():
-    from wan_core.cli import wan22 as wan22_cli
+    from wan_core.cli.parser import build_parser
+    from wan_core.cli.request import resolve
     from wan_core.variants import I2V_A14B, T2V_A14B
 
-    args = argparse.Namespace(dit_high="h", dit_low="l", image="start.png")
-    assert wan22_cli.a14b_settings(args) is I2V_A14B
-    assert wan22_cli.defaults(args, {})["shift"] == 5.0 and wan22_cli.defaults(args, {})["guidance"] == 3.5
-    args.image = None
-    assert wan22_cli.a14b_settings(args) is T2V_A14B and wan22_cli.defaults(args, {})["shift"] == 12.0
+    def request(*flags):
+        return resolve(build_parser().parse_args(["generate", "--prompt", "x", "--out", "x.mp4", "--dit-high", "h",
+                                                  "--dit-low", "l", *flags]))
+
+    i2v = request("--image", "start.png")
+    assert (i2v.boundary, i2v.guidance_low) == (I2V_A14B.boundary, I2V_A14B.guidance_low)
+    assert i2v.shift == 5.0 and i2v.guidance == 3.5
+    t2v = request()
+    assert (t2v.boundary, t2v.guidance_low) == (T2V_A14B.boundary, T2V_A14B.guidance_low) and t2v.shift == 12.0
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -203,7 +207,7 @@ def test_move_and_release_of_swapped_experts():
     """A ``WanMoE`` whose experts swap blocks moves each expert's resident parts only ('meta' standing in for the
     GPU, as tests/memory/test_offload.py does), and ``release`` drops both swaps with the weights."""
     from wan_core.memory.offload import move, release, resident_parts
-    from wan_core.cli.wan22 import swap_experts
+    from wan_core.cli.placement import swap_experts
 
     moe = _tiny_moe(6)
     swaps = swap_experts(moe, 1, 1, torch.device("cpu"))

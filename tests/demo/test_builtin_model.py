@@ -48,14 +48,16 @@ def test_the_shipped_text_encoder_ties_each_colour_to_its_direction():
 
 def test_the_fp16_demo_dit_computes_in_fp32_on_cpu():
     # stored fp16 (half the bytes); every demo entry point upcasts on CPU, where fp16 matmuls are slow
-    from wan_core.cli import app as cli
+    from wan_core.cli.models import demo_files, load_models
+    from wan_core.cli.parser import build_parser
+    from wan_core.cli.request import resolve
     from wan_core.demo import load_demo_models
 
     assert load_dit(builtin_paths()["dit"]).head.head.weight.dtype == torch.float16  # as stored, if asked so
     assert load_demo_models()[0].head.head.weight.dtype == torch.float32
-    args = cli.build_parser().parse_args(["generate", "--prompt", "a red circle moving left", "--out", "x.mp4"])
-    dit = cli.load_models(args, torch.device("cpu"), files=cli.demo_files())[0]
+    request = resolve(build_parser().parse_args(["generate", "--prompt", "a red circle moving left", "--out", "x.mp4"]))
+    dit = load_models(request, torch.device("cpu"), files=demo_files())[0]
     assert dit.head.head.weight.dtype == torch.float32
-    args = cli.build_parser().parse_args(["generate", "--prompt", "a", "--out", "x.mp4", "--dtype", "bf16"])
-    dit = cli.load_models(args, torch.device("cpu"), files=cli.demo_files())[0]
+    request = resolve(build_parser().parse_args(["generate", "--prompt", "a", "--out", "x.mp4", "--dtype", "bf16"]))
+    dit = load_models(request, torch.device("cpu"), files=demo_files())[0]
     assert dit.head.head.weight.dtype == torch.bfloat16  # an explicit choice stays

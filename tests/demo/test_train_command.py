@@ -278,7 +278,7 @@ def test_command_line_flags_reach_the_recipe(monkeypatch, tmp_path):
         seen.append(cfg)
         return {}
 
-    from wan_core.cli.app import VAE_RECIPES, build_parser
+    from wan_core.cli.parser import VAE_RECIPES, build_parser
 
     monkeypatch.setattr(T, "run", fake_run)
     ap = argparse.ArgumentParser()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wan_core.cli.app import main
+from wan_core.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # torch is imported when the command runs, not when the parse
     import torch
 
     from ..parallel.groups import ParallelConfig
+    from .request import GenerateRequest
 
 
 def add_arguments(parser: Any) -> None:
@@ -29,32 +30,27 @@ def add_arguments(parser: Any) -> None:
                        help="shard the DiT blocks' weights over the ranks (FSDP2; each rank holds 1/N)")
 
 
-def requested(args: Any) -> bool:
-    return (getattr(args, "ulysses", 1) > 1 or getattr(args, "ring", 1) > 1 or getattr(args, "cfg_parallel", False)
-            or getattr(args, "fsdp", False))
-
-
-def config_of(args: Any) -> "ParallelConfig":
+def config_of(request: "GenerateRequest") -> "ParallelConfig":
     from ..parallel.groups import ParallelConfig
 
-    return ParallelConfig(args.ulysses, args.ring, 2 if args.cfg_parallel else 1)
+    return ParallelConfig(request.ulysses, request.ring, 2 if request.cfg_parallel else 1)
 
 
-def problems(args: Any) -> list[str]:
+def problems(request: "GenerateRequest") -> list[str]:
     """Usage problems found before anything loads (degrees vs torchrun's WORLD_SIZE)."""
     from ..parallel.groups import check_degrees
 
     try:
-        config = config_of(args)
+        config = config_of(request)
     except ValueError as e:
         return [str(e)]
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1 and getattr(args, "fsdp", False):
+    if world == 1 and request.fsdp:
         return ["--fsdp shards the DiT over torchrun's processes: run torchrun --nproc-per-node N -m wan_core ..."]
     if world == 1 and config.world_size > 1:
         return [f"--ulysses/--ring/--cfg-parallel ({config.describe()}) need {config.world_size} processes: run "
                 f"torchrun --nproc-per-node {config.world_size} -m wan_core generate ..."]
-    if world > 1 and not (getattr(args, "fsdp", False) and config.world_size == 1):  # --fsdp alone: any N
+    if world > 1 and not (request.fsdp and config.world_size == 1):  # --fsdp alone: any N
         try:
             check_degrees(config, world, 120)  # the head count is checked once the DiT is loaded
         except ValueError as e:
@@ -82,7 +78,7 @@ def setup(device: "torch.device") -> tuple[int, "torch.device"]:
     return rank, device
 
 
-def wrap(dit: Any, args: Any) -> Any:
+def wrap(dit: Any, request: "GenerateRequest") -> Any:
     """The context-parallel view of ``dit`` for this torchrun group (the DiT unchanged for one process)."""
     import torch.distributed as dist
 
@@ -90,8 +86,8 @@ def wrap(dit: Any, args: Any) -> Any:
 
     if not dist.is_initialized():
         return dit
-    config = config_of(args)
-    if getattr(args, "fsdp", False):
+    config = config_of(request)
+    if request.fsdp:
         from ..parallel.fsdp import shard_dit
 
         dit = shard_dit(dit)

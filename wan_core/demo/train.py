@@ -964,16 +964,16 @@ def _run(out: str, cfg: DemoTrainConfig) -> dict:
 def main(args) -> int:
     """``python -m wan_core train-demo``: flags left at None keep :class:`DemoTrainConfig`'s values."""
     d = DemoTrainConfig()
-    recipe = getattr(args, "vae_recipe", None)
+    recipe = args.vae_recipe
     phases = VAE_RECIPES[recipe] if recipe else d.vae_phases
     if args.vae_steps:  # the total, split across the phases in their proportions
         total = sum(p.steps for p in phases)
         phases = tuple(replace(p, steps=max(1, round(args.vae_steps * p.steps / total))) for p in phases)
     cfg = DemoTrainConfig(vae_phases=phases, dit_steps=args.dit_steps or d.dit_steps,
-                          decoder_steps=getattr(args, "decoder_steps", None) or d.decoder_steps,
+                          decoder_steps=args.decoder_steps or d.decoder_steps,
                           num_clips=args.clips or d.num_clips, threads=args.threads or d.threads,
-                          dit_precision=getattr(args, "precision", None) or d.dit_precision,
-                          dit_compile=d.dit_compile and not getattr(args, "no_compile", False))
+                          dit_precision=args.precision or d.dit_precision,
+                          dit_compile=d.dit_compile and not args.no_compile)
     summary = run(args.out, cfg)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=1), file=sys.stderr)
     return 0
