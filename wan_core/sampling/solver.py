@@ -7,7 +7,7 @@ there is no module-level state. The types every solver shares are in ``solver_ba
 """
 from __future__ import annotations
 
-from typing import Callable, Literal, Sequence
+from typing import Callable, Literal, Sequence, get_args
 
 import torch
 
@@ -18,8 +18,8 @@ from .unipc import UniPCSolver
 
 __all__ = ["SolverStep", "FlowSolver", "SOLVER_NAMES", "Solver", "make_solver", "sigma_list"]
 
-SOLVER_NAMES = ("unipc", "dpm++", "euler")
-Solver = Literal["unipc", "dpm++", "euler"]  # mirrors SOLVER_NAMES (a test keeps them equal)
+Solver = Literal["unipc", "dpm++", "euler"]
+SOLVER_NAMES: tuple[str, ...] = get_args(Solver)
 
 _SOLVERS: dict[str, Callable[[Sequence[float] | torch.Tensor], FlowSolver]] = {
     "euler": EulerSolver, "unipc": UniPCSolver, "dpm++": DPMPP2MSolver}
