@@ -6,6 +6,8 @@ outside the sampler are raw VAE latents (ComfyUI's LATENT convention); the DiT s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import contextlib
+import dataclasses
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,13 +21,15 @@ from .progress import InterruptFn, ProgressFn, StepCallback
 from .cache import start_session
 from .i2v import ImageCondition, check_image_model, check_image_request, image_condition
 from .cache.moe import MoECacheReport
+from .cache.report import WindowCacheReport
 from .cache.moe import attached as moe_attached
 from .dit.moe import experts, is_moe
 from .latent_format import check_video_size, latent_geometry, pixel_multiple
 from .sampling.first_frame import FirstFrameGuidance, check_first_frame
+from .sampling.context_windows import ContextWindows, WindowedGuidance
 from .sampling.moe import MoEGuidance
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, Convention, ScheduleConfig,
-                       Solver, build_schedule, initial_latent, make_noise, sample)
+                       SamplingInterrupted, Solver, build_schedule, initial_latent, make_noise, sample)
 
 
 
@@ -48,6 +52,7 @@ class GenerationConfig:
     denoise: float = 1.0
     integer_timesteps: bool | None = None  # None = the convention's own (official: int, comfyui/custom: float)
     batched_cfg: bool = False  # one forward of batch 2 instead of two of batch 1 (faster, more memory)
+    context: ContextWindows | None = None  # context windows over the latent frames (docs/long_video.md)
 
     def replace(self, **changes) -> "GenerationConfig":
         return replace(self, **changes)
@@ -212,6 +217,8 @@ def _start_latents(cfg: GenerationConfig, schedule: Any, shape: tuple[int, ...],
         if tuple(latent.shape) != shape:
             raise ValueError(f"start latent has shape {list(latent.shape)}, expected {list(shape)}")
     noise = make_noise(cfg.seed, shape, device=device)
+    if cfg.context is not None:
+        noise = cfg.context.reschedule_noise(noise, cfg.seed)  # FreeNoise (a no-op unless asked for)
     start = None
     if latent is not None:
         start = latent_format.to_model(latent.to(device, torch.float32))
@@ -316,10 +323,15 @@ class WanPipeline:
         check_image_model(self.dit, image, shape, source_name(self.dit, "the diffusion model"))
         device = self.dit.device if self.dit is not None else torch.device("cpu")
         x, z0 = _start_latents(cfg, schedule, shape, device, latent, first_frame, self.dit, self.vae)
-        guide, attached = self._guide(cond, uncond, cfg, sessions, schedule, image, device)
-        expert_guide = guide
-        if z0 is not None:
-            guide = FirstFrameGuidance(guide, z0, tuple(self.dit.config.patch_size))
+        if cfg.context is not None and not cfg.context.covers(shape[2]):
+            guide, attached, reports = self._windowed_guide(cond, uncond, cfg, cache, schedule, image, device, z0,
+                                                            shape[2], interrupt)
+            expert_guide = guide
+        else:
+            guide, attached = self._guide(cond, uncond, cfg, sessions, schedule, image, device)
+            expert_guide, reports = guide, None
+            if z0 is not None:
+                guide = FirstFrameGuidance(guide, z0, tuple(self.dit.config.patch_size))
         hooks = list(step_hooks)
         for _, expert in experts(self.dit):
             attention = getattr(expert, "attention", None)
@@ -328,8 +340,11 @@ class WanPipeline:
         with attached:
             x = sample(guide, x, schedule, cfg.solver, callback=callback, interrupt=interrupt, step_hooks=hooks)
         if z0 is not None:
-            x = guide.conditioned(x)
-        if is_moe(self.dit):
+            x = FirstFrameGuidance(None, z0, tuple(self.dit.config.patch_size)).conditioned(x)
+        if reports is not None:
+            self.cache_report = WindowCacheReport(reports())
+            self.moe_steps = list(expert_guide.steps) if is_moe(self.dit) else None
+        elif is_moe(self.dit):
             self.cache_report = MoECacheReport({n: s.report for n, s in sessions.items()})
             self.moe_steps = list(expert_guide.steps)  # expert per step ("high" / "low")
         else:
@@ -349,6 +364,38 @@ class WanPipeline:
         if not is_moe(self.dit):
             return guides[""], sessions[""].attached(self.dit)
         return MoEGuidance(self.dit, guides, schedule.timesteps.tolist(), device), moe_attached(sessions, self.dit)
+
+    def _windowed_guide(self, cond, uncond, cfg: GenerationConfig, cache: Any, schedule: Any,
+                        image: ImageCondition | None, device: torch.device, z0: torch.Tensor | None, frames: int,
+                        interrupt: InterruptFn | None):
+        """Context windows (``cfg.context``): one guide per window, each with its own cache sessions, the image
+        conditioning of its frames, and the TI2V first frame where the window starts at frame 0. Returns the
+        velocity function, a no-op context (each window attaches its caches itself) and a function listing the
+        windows' cache reports."""
+        windows: dict[tuple[int, ...], Any] = {}
+
+        def make_guide(window: tuple[int, ...]):
+            sessions = {name: start_session(cache, expert, schedule.num_steps,
+                                            _guidance_of(self.dit, name, cfg.guidance))
+                        for name, expert in experts(self.dit)}
+            part = None if image is None else dataclasses.replace(
+                image, image_latent=image.image_latent[:, :, list(window)])
+            guide, _ = self._guide(cond, uncond, cfg, sessions, schedule, part, device)
+            if z0 is not None and window[0] == 0:
+                guide = FirstFrameGuidance(guide, z0, tuple(self.dit.config.patch_size))
+            if is_moe(self.dit):
+                windows[window] = MoECacheReport({n: s.report for n, s in sessions.items()})
+                return guide, lambda: moe_attached(sessions, self.dit)
+            windows[window] = sessions[""].report
+            return guide, lambda: sessions[""].attached(self.dit)
+
+        def stop(step: int, total: int) -> None:
+            if interrupt is not None and interrupt():
+                raise SamplingInterrupted(step, total)
+
+        assert cfg.context is not None  # sample_latents calls this with windows only
+        guide = WindowedGuidance(cfg.context, frames, make_guide, interrupt=stop)
+        return guide, contextlib.nullcontext(), lambda: dict(windows)
 
     def decode(self, latents: torch.Tensor, tiling: str = "auto", tile=None, overlap=None,
                progress: ProgressFn | None = None,

@@ -136,3 +136,33 @@ class CacheReport:
         if self.calibration is not None:
             out.append("calibration (paste into WanCoreCache's calibration input): " + self.calibration.to_json())
         return "\n".join(out)
+
+
+class WindowCacheReport:
+    """The cache reports of a context-windowed run (one session per window) read as one: evaluations summed over
+    the windows (``line()`` keeps ``CacheReport.line``'s form, which scripts parse)."""
+
+    def __init__(self, reports: dict):
+        self.reports = reports  # window (frame indices) -> CacheReport or MoECacheReport
+
+    def _all(self) -> list:
+        out: list = []
+        for r in self.reports.values():
+            out.extend(getattr(r, "reports", {"": r}).values())
+        return out
+
+    @property
+    def computed(self) -> int:
+        return sum(r.computed for r in self._all())
+
+    @property
+    def total(self) -> int:
+        """Evaluations the windows asked for (a sliding schedule runs some windows on some steps only)."""
+        return sum(len(step) for r in self._all() for step in r.status)
+
+    def line(self) -> str:
+        preset = self._all()[0].preset if self._all() else "exact"
+        return f"cache {preset}: {self.computed}/{self.total} DiT evaluations ({len(self.reports)} context windows)"
+
+    def text(self) -> str:
+        return "\n".join([self.line()] + [f"window {list(w)}: {r.line()}" for w, r in self.reports.items()])
