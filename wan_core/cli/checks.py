@@ -25,7 +25,8 @@ def problems(request: "GenerateRequest") -> list[str]:
     images, fp8, model sources, then the Wan 2.2 flags."""
     return (value_problems(request) + text_problems(request) + nag_problems(request)
             + loras.problems(request) + parallel.problems(request) + swap_problems(request)
-            + image_problems(request) + source_problems(request) + wan22.problems(request))
+            + image_problems(request) + source_problems(request) + wan22.problems(request)
+            + context_problems(request))
 
 
 def value_problems(request: "GenerateRequest") -> list[str]:
@@ -122,3 +123,22 @@ def source_problems(request: "GenerateRequest") -> list[str]:
             if value and not Path(value).expanduser().exists():
                 out.append(f"--{flag.replace('_', '-')} {value}: no such file or folder")
     return out
+
+
+def context_problems(request: "GenerateRequest") -> list[str]:
+    """--context-* (docs/long_video.md): the other flags need --context-frames; the values as the core checks
+    them (window 4n+1, overlap below it, stride, looped without an anchor)."""
+    if request.context_frames is None:
+        given = [flag for flag, value, unset in (
+            ("--context-overlap", request.context_overlap, None), ("--context-schedule", request.context_schedule,
+                                                                    "static"),
+            ("--context-stride", request.context_stride, 1), ("--context-fuse", request.context_fuse, "pyramid"),
+            ("--context-anchor", request.context_anchor, "auto"), ("--freenoise", request.freenoise, False))
+            if value != unset]
+        verb = "needs" if len(given) == 1 else "need"
+        return [f"{' / '.join(given)} {verb} --context-frames (the window length)"] if given else []
+    try:
+        request.context_windows()
+    except ValueError as e:
+        return [f"--{str(e).replace('context ', 'context-', 1).replace('use anchor off', 'use --context-anchor off')}"]
+    return []

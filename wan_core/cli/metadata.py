@@ -22,6 +22,12 @@ def output_metadata(request: "GenerateRequest", cfg, files: dict | None) -> dict
             "nag": [request.nag_scale, request.nag_tau, request.nag_alpha] if request.nag_scale != 1.0 else None,
             "models": ({part: f.path.name for part, f in files.items()} if files else request.preset),
             "generator": f"ComfyUI-WanCore {__version__} (python -m wan_core)"}
+    windows = request.context_windows()
+    if windows is not None:  # only when asked for: runs without windows store what they always did
+        meta["context"] = {"frames": request.context_frames, "latent_window": windows.length,
+                           "latent_overlap": windows.overlap, "schedule": windows.schedule,
+                           "stride": windows.stride, "fuse": windows.fuse, "anchor": windows.anchor,
+                           "freenoise": windows.freenoise}
     for name, specs in (("high", request.lora_high), ("low", request.lora_low)):  # "loras_high" / "loras_low"
         if specs:
             meta[f"loras_{name}"] = loras.names(specs)

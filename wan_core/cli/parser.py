@@ -26,6 +26,9 @@ DIT_OFFLOAD = ("release", "keep")  # wan_core.memory.offload.DIT_OFFLOAD
 CONVENTIONS = ("official", "comfyui", "dpm", "lightx2v_distill")  # lightx2v_distill: custom sigmas
 LORA_MODES = ("merged", "unmerged")
 TILING = ("auto", "on", "off")
+CONTEXT_SCHEDULES = ("static", "uniform", "looped")  # wan_core.sampling.context_windows.SCHEDULES
+CONTEXT_FUSES = ("pyramid", "flat", "linear")  # wan_core.sampling.context_windows.FUSES
+CONTEXT_ANCHOR = ("auto", "on", "off")
 VAE_RECIPES = train_demo.VAE_RECIPES
 
 _DEMO = VARIANTS[PRESET_VARIANTS["demo"]].sampling
@@ -66,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sampling_flags(g.add_argument_group(
         f"sampling (official Wan 2.1 defaults; demo: {_DEMO.width}x{_DEMO.height}, {_DEMO.frames} frames, "
         f"{_DEMO.steps} steps; tiny-random: {_TINY.width}x{_TINY.height}, {_TINY.frames} frames, {_TINY.steps} steps)"))
+    _long_video_flags(g.add_argument_group("long video (see docs/long_video.md)"))
     parallel.add_arguments(g)
     _memory_flags(g.add_argument_group("memory (see docs/memory.md)"))
     o = g.add_argument_group("output")
@@ -149,6 +153,27 @@ def _sampling_flags(s) -> None:
     s.add_argument("--cache", choices=CACHES, default="exact",
                    help="diffusion cache: exact (same output), wan (~1.6-2x less DiT work), teacache, magcache, "
                         "easycache (~2-2.8x, approximate), off; see docs/caches.md")
+
+
+def _long_video_flags(lv) -> None:
+    lv.add_argument("--context-frames", type=int, default=None, metavar="N",
+                    help="sample in overlapping windows of N frames (4n+1; e.g. the model's training length: 81 "
+                         "for Wan, 17 for the demo), fused at every step; unset: the whole video at once")
+    lv.add_argument("--context-overlap", type=int, default=None, metavar="M",
+                    help="frames shared by neighbouring windows (default: half the window, in whole latent frames)")
+    lv.add_argument("--context-schedule", choices=CONTEXT_SCHEDULES, default="static",
+                    help="static: fixed windows; uniform: windows slide a little at every step; looped: as uniform "
+                         "around a closed loop")
+    lv.add_argument("--context-stride", type=int, default=1, metavar="S",
+                    help="uniform/looped: also windows over every 2nd, 4th, ... frame, up to 2^(S-1)")
+    lv.add_argument("--context-fuse", choices=CONTEXT_FUSES, default="pyramid",
+                    help="how overlapping windows are weighted: pyramid (towards each window's middle), flat, "
+                         "linear (ramps over the overlap)")
+    lv.add_argument("--context-anchor", choices=CONTEXT_ANCHOR, default="auto",
+                    help="latent frame 0 (one image frame) heads every window, as the model expects (auto: on, "
+                         "off for looped)")
+    lv.add_argument("--freenoise", action="store_true",
+                    help="FreeNoise: each window starts from the same noise frames, shuffled (smoother long videos)")
 
 
 def _memory_flags(mem) -> None:

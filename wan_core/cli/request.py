@@ -71,6 +71,13 @@ class GenerateRequest:
     nag_alpha: float
     cfg_batched: bool
     cache: str
+    context_frames: int | None
+    context_overlap: int | None
+    context_schedule: str
+    context_stride: int
+    context_fuse: str
+    context_anchor: str
+    freenoise: bool
     ulysses: int
     ring: int
     cfg_parallel: bool
@@ -96,6 +103,21 @@ class GenerateRequest:
     def uses_negative(self) -> bool:
         """The negative prompt is encoded for CFG (guidance != 1) or for NAG."""
         return self.guidance != 1.0 or self.nag_scale != 1.0
+
+    def context_windows(self):
+        """--context-* as a ``wan_core.sampling.context_windows.ContextWindows`` (None without --context-frames;
+        ValueError when a value is bad)."""
+        if self.context_frames is None:
+            return None
+        from ..sampling.context_windows import ContextWindows
+
+        overlap = self.context_overlap
+        if overlap is None:  # half the window, in whole latent frames
+            overlap = (self.context_frames - 1) // 2 // 4 * 4
+        anchor = None if self.context_anchor == "auto" else self.context_anchor == "on"
+        return ContextWindows.from_frames(self.context_frames, overlap, schedule=self.context_schedule,
+                                          stride=self.context_stride, fuse=self.context_fuse,
+                                          freenoise=self.freenoise, anchor=anchor)
 
     def nag_config(self):
         """--nag-scale/--nag-tau/--nag-alpha as a ``wan_core.sampling.nag.NAGConfig`` (ValueError when bad)."""
@@ -212,6 +234,7 @@ def generation_config(request: GenerateRequest):
         frames=request.frames, steps=request.steps, guidance=request.guidance, shift=request.shift,
         solver=request.solver, seed=request.seed, convention=cast("Convention", request.convention),
         batched_cfg=request.cfg_batched,  # lightx2v_distill: replaced by "custom" below
+        context=request.context_windows(),
     )
     try:
         if request.convention == "lightx2v_distill":
@@ -219,4 +242,7 @@ def generation_config(request: GenerateRequest):
         cfg.validate()
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if cfg.context is not None and cfg.context.covers(cfg.latent_shape[2]):
+        print(f"wan_core: --context-frames {request.context_frames} holds the whole video ({request.frames} frames): "
+              f"it runs as one window, the plain sampler", file=sys.stderr)
     return cfg

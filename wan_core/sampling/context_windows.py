@@ -211,8 +211,9 @@ class WindowedGuidance:
 
     ``make_guide(window) -> (guide, attach)``: a fresh velocity function for the frames of ``window`` (its own
     classifier-free guidance, its own cache session: nothing a cache learnt in one window reaches another) and
-    a function returning a context manager that attaches its cache to the model while it runs. Windows are keyed by their frame
-    indices, so a sliding schedule that brings a new window starts that window's cache afresh.
+    a function returning a context manager that attaches its cache to the model while it runs. Windows are
+    keyed by their frame indices, so a sliding schedule that brings a new window starts that window's cache
+    afresh.
     ``interrupt(step, num_steps)``: called between windows; it raises to stop (a long step need not finish
     every window first).
     """
