@@ -202,6 +202,15 @@ def check_embeddings(embeds: Sequence[torch.Tensor], name: str, dit=None) -> Non
                               "bfloat16 or float32)")
 
 
+@contextlib.contextmanager
+def _active(pairs):
+    """Each ``(session, expert)``: the expert consults the session inside the block (state kept afterwards)."""
+    with contextlib.ExitStack() as stack:
+        for session, expert in pairs:
+            stack.enter_context(session.active_on(expert))
+        yield
+
+
 def _guidance_of(dit, expert: str, guidance: float) -> float:
     """The guidance scale of ``dit``'s expert ``expert`` ("" = a plain DiT: ``guidance`` itself)."""
     return dit.guidance_for(expert, guidance) if expert else guidance
@@ -370,9 +379,18 @@ class WanPipeline:
                         interrupt: InterruptFn | None):
         """Context windows (``cfg.context``): one guide per window, each with its own cache sessions, the image
         conditioning of its frames, and the TI2V first frame where the window starts at frame 0. Returns the
-        velocity function, a no-op context (each window attaches its caches itself) and a function listing the
-        windows' cache reports."""
+        velocity function, the context that finishes every window's cache sessions when the run ends (each window
+        makes its own sessions active on the model around its forwards) and a function listing their reports."""
         windows: dict[tuple[int, ...], Any] = {}
+        started: list[Any] = []  # every window's sessions, finished once when the run ends
+
+        @contextlib.contextmanager
+        def finishing():
+            try:
+                yield
+            finally:
+                for session in started:
+                    session.finish()
 
         def make_guide(window: tuple[int, ...]):
             sessions = {name: start_session(cache, expert, schedule.num_steps,
@@ -383,11 +401,11 @@ class WanPipeline:
             guide, _ = self._guide(cond, uncond, cfg, sessions, schedule, part, device)
             if z0 is not None and window[0] == 0:
                 guide = FirstFrameGuidance(guide, z0, tuple(self.dit.config.patch_size))
-            if is_moe(self.dit):
-                windows[window] = MoECacheReport({n: s.report for n, s in sessions.items()})
-                return guide, lambda: moe_attached(sessions, self.dit)
-            windows[window] = sessions[""].report
-            return guide, lambda: sessions[""].attached(self.dit)
+            windows[window] = MoECacheReport({n: s.report for n, s in sessions.items()}) if is_moe(self.dit) \
+                else sessions[""].report
+            started.extend(sessions.values())
+            pairs = [(sessions[name], expert) for name, expert in experts(self.dit)]
+            return guide, lambda: _active(pairs)
 
         def stop(step: int, total: int) -> None:
             if interrupt is not None and interrupt():
@@ -395,7 +413,7 @@ class WanPipeline:
 
         assert cfg.context is not None  # sample_latents calls this with windows only
         guide = WindowedGuidance(cfg.context, frames, make_guide, interrupt=stop)
-        return guide, contextlib.nullcontext(), lambda: dict(windows)
+        return guide, finishing(), lambda: dict(windows)
 
     def decode(self, latents: torch.Tensor, tiling: str = "auto", tile=None, overlap=None,
                progress: ProgressFn | None = None,

@@ -142,6 +142,20 @@ class CacheSession:
                 dit.cache = prev
             self.finish()
 
+    @contextlib.contextmanager
+    def active_on(self, dit):
+        """``attached`` without the end of the run: ``dit`` consults this session inside the block and its state
+        survives it (context windows switch one model between the windows' sessions within a step; each
+        session is finished once, after the run)."""
+        prev = dit.cache if self.uses_dit else None
+        if self.uses_dit:
+            dit.cache = self
+        try:
+            yield self
+        finally:
+            if self.uses_dit:
+                dit.cache = prev
+
     def finish(self) -> None:
         if self.text_kv is not None:
             self.report.text_kv_computed, self.report.text_kv_reused = self.text_kv.computed, self.text_kv.reused

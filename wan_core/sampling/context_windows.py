@@ -181,7 +181,7 @@ def _uniform(n: int, m: int, overlap: int, stride: int, step: int, loop: bool) -
     for level in range(levels):
         dilation = 1 << level
         span = m * dilation
-        if span > n and not loop:
+        if span > n:  # a dilated window longer than the video would hold frames twice
             break
         start = int(shift * dilation) + int(round(n * shift))
         for j in range(start, n + start - (0 if loop else overlap), max(span - overlap, 1)):
