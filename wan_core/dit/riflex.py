@@ -3,8 +3,8 @@
 Zhao et al. 2025, "RIFLEx: a free lunch for length extrapolation in video diffusion transformers". A video DiT
 repeats its content after the period of one temporal RoPE frequency, the *intrinsic* component k. RIFLEx lowers
 that one frequency so that a single period covers the generated length: the k-th (1-based) temporal frequency
-``theta^(-2(k-1)/d)`` becomes ``0.9 * 2*pi / L`` with L the latent frames generated (0.9 keeps the video inside 90
-% of a period, the authors' margin). Nothing else changes. docs/long_video.md.
+``theta^(-2(k-1)/d)`` becomes ``0.9 * 2*pi / L`` with L the latent frames generated (0.9 keeps the video inside
+90 % of a period, the authors' margin). Nothing else changes. docs/long_video.md.
 
 This module holds the setting (:class:`RIFLEx`), the paper's rule to identify k (:func:`identify_k`), the
 resolution of a user setting ``"off" | "auto" | k`` for a model (:func:`resolve_riflex`) and the switch the
