@@ -14,6 +14,9 @@ Sources of the sampling values (docs/wan22.md section 1, docs/wan_spec.md sectio
   121 frames) at 1280x704 (wan/configs/__init__.py line 46).
 - The demo model: what it was tuned for (docs/demo_model.md; ``wan_core.demo.DEMO_DEFAULTS`` is this row).
 - tiny-random: random weights, sized to run in seconds.
+
+RIFLEx facts (``Variant.riflex``, docs/long_video.md): the intrinsic temporal RoPE component ``k`` of each model;
+the training length it goes with is the row's ``sampling.frames`` (what the model was trained on).
 """
 from __future__ import annotations
 
@@ -59,6 +62,25 @@ class SamplingDefaults:
 
 
 @dataclass(frozen=True)
+class RiflexFacts:
+    """RIFLEx (Zhao et al. 2025) for one variant: ``k``, the 1-based index of the temporal RoPE frequency whose
+    period is the model's intrinsic repetition length; ``source``: where that k comes from."""
+
+    k: int
+    source: str
+
+
+# Wan 2.1 / 2.2: the Wan wrapper's documented default (kijai/ComfyUI-WanVideoWrapper, WanVideoSampler input
+# riflex_freq_index: "Frequency index for RIFLEX, disabled when 0, default 6"). The paper's identification rule
+# with N = the 21 training latent frames would give k = 4 (period 22); the published 6 (period 51) is kept.
+_WAN_RIFLEX = RiflexFacts(6, "ComfyUI-WanVideoWrapper riflex_freq_index: 'disabled when 0, default 6'")
+# The demo model (17 frames = 5 latent frames, head_dim 128: temporal RoPE d = 44, theta 10000) has no published
+# k: the paper's rule (thu-ml/RIFLEx identify_k) with N = 5 picks the component whose period round(2*pi/theta_j)
+# is closest to 5: j = 1 (period 6; j = 2 has 10), so k = 1 (tests/dit/test_riflex.py recomputes it).
+_DEMO_RIFLEX = RiflexFacts(1, "derived: paper's identification rule, N = 5 training latent frames")
+
+
+@dataclass(frozen=True)
 class Variant:
     """One model variant. ``dit``: the ``DIT_PRESETS`` key of its DiT (one expert for A14B); ``size``: the
     ``wan_core.estimate`` model size ("demo" and "tiny": none of its sizes); ``experts``: two DiT files (high /
@@ -72,6 +94,7 @@ class Variant:
     size: str
     sampling: SamplingDefaults
     experts: bool = False
+    riflex: RiflexFacts | None = None  # None: no known k (RIFLEx "auto" then applies the paper's rule)
 
     @property
     def config(self) -> DiTConfig | None:
@@ -81,22 +104,29 @@ class Variant:
 _WAN21 = SamplingDefaults(width=832, height=480, frames=81, steps=50, guidance=5.0, shift=5.0, fps=16)
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant("wan2.1-t2v-1.3b", "Wan 2.1 T2V 1.3B", "t2v", "wan2.1-t2v-1.3b", "wan2.1", "1.3B", _WAN21),
-    Variant("wan2.1-t2v-14b", "Wan 2.1 T2V 14B", "t2v", "wan2.1-t2v-14b", "wan2.1", "14B", _WAN21),
-    Variant("wan2.1-i2v-14b", "Wan 2.1 I2V 14B", "i2v", "wan2.1-i2v-14b", "wan2.1", "14B", _WAN21),
-    Variant("wan2.1-flf2v-14b", "Wan 2.1 FLF2V 14B", "flf2v", "wan2.1-flf2v-14b", "wan2.1", "14B", _WAN21),
+    Variant("wan2.1-t2v-1.3b", "Wan 2.1 T2V 1.3B", "t2v", "wan2.1-t2v-1.3b", "wan2.1", "1.3B", _WAN21,
+            riflex=_WAN_RIFLEX),
+    Variant("wan2.1-t2v-14b", "Wan 2.1 T2V 14B", "t2v", "wan2.1-t2v-14b", "wan2.1", "14B", _WAN21,
+            riflex=_WAN_RIFLEX),
+    Variant("wan2.1-i2v-14b", "Wan 2.1 I2V 14B", "i2v", "wan2.1-i2v-14b", "wan2.1", "14B", _WAN21,
+            riflex=_WAN_RIFLEX),
+    Variant("wan2.1-flf2v-14b", "Wan 2.1 FLF2V 14B", "flf2v", "wan2.1-flf2v-14b", "wan2.1", "14B", _WAN21,
+            riflex=_WAN_RIFLEX),
     Variant("wan2.2-t2v-a14b", "Wan 2.2 T2V A14B", "t2v", "wan2.2-t2v-a14b", "wan2.1", "14B",
-            _WAN21.replace(steps=40, shift=12.0, guidance=4.0, guidance_low=3.0, boundary=0.875), experts=True),
+            _WAN21.replace(steps=40, shift=12.0, guidance=4.0, guidance_low=3.0, boundary=0.875), experts=True,
+            riflex=_WAN_RIFLEX),
     Variant("wan2.2-i2v-a14b", "Wan 2.2 I2V A14B", "i2v", "wan2.2-i2v-a14b", "wan2.1", "14B",
-            _WAN21.replace(steps=40, shift=5.0, guidance=3.5, guidance_low=3.5, boundary=0.900), experts=True),
+            _WAN21.replace(steps=40, shift=5.0, guidance=3.5, guidance_low=3.5, boundary=0.900), experts=True,
+            riflex=_WAN_RIFLEX),
     Variant("wan2.2-ti2v-5b", "Wan 2.2 TI2V 5B", "ti2v", "wan2.2-ti2v-5b", "wan2.2", "5B",
-            SamplingDefaults(width=1280, height=704, frames=121, steps=50, guidance=5.0, shift=5.0, fps=24)),
+            SamplingDefaults(width=1280, height=704, frames=121, steps=50, guidance=5.0, shift=5.0, fps=24),
+            riflex=_WAN_RIFLEX),
     # guidance 6 rather than 4, chosen on 120 validation pairs (`data.held_out(6)[120:]`, docs/demo_model.md): run 5
     # followed 75.8 / 81.7 / 78.3 % of them at guidance 4 / 6 / 8; run 7 followed 89.2 / 87.5 / 89.2 / 87.5 / 86.7 %
     # at 4 / 5 / 6 / 7 / 8: flat
     Variant("wancore-demo", "WanCore demo model", "t2v", None, "wan2.1", "demo",
             SamplingDefaults(width=64, height=64, frames=17, steps=20, guidance=6.0, shift=3.0, fps=8,
-                             negative_prompt="")),
+                             negative_prompt=""), riflex=_DEMO_RIFLEX),
     Variant("tiny-random", "tiny random weights", "t2v", "tiny", "wan2.1", "tiny",
             SamplingDefaults(width=64, height=64, frames=9, steps=4, guidance=5.0, shift=5.0, fps=16)),
 )}

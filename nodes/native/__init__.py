@@ -7,8 +7,9 @@ One module per idea. ``host`` (the ComfyUI adapter) never imports this package; 
   and the block / grid patches that tell it where a call comes from;
 * ``cache_patch`` - :class:`NativeCache` / :class:`NativeCacheRun`, ``wan_core.cache`` driven from ComfyUI's
   wrappers, and :class:`CacheAttention` (the ``wan`` preset's attention cache);
+* ``riflex_patch`` - :class:`RiflexEmbedder`, RIFLEx on the native model's RoPE, as an object patch on a clone;
 * ``patcher`` - puts them on a clone of a ComfyUI ``ModelPatcher`` (the ComfyUI names from ``host``);
-* ``specs`` - the three nodes (WanCore Native Attention, Native Cache, Embeds to Conditioning).
+* ``specs`` - the four nodes (WanCore Native Attention, Native Cache, Native RIFLEx, Embeds to Conditioning).
 
 The patch cores are plain Python (no ``comfy`` import), so they are tested without ComfyUI.
 """
@@ -41,6 +42,7 @@ from .cache_patch import (
     step_of,
 )
 from .patcher import native_attention_patch, native_cache_patch
+from .riflex_patch import RiflexEmbedder, native_riflex_patch
 from .specs import (
     ATTENTION,
     CACHE,
@@ -48,22 +50,25 @@ from .specs import (
     CONDITIONING,
     NATIVE_METHODS,
     NODES,
+    RIFLEX,
     SKIPARSE_CHOICES,
     attention_override,
     cache_setting,
     patch_attention,
     patch_cache,
+    patch_riflex,
     to_conditioning,
     validate_attention,
     validate_cache,
+    validate_riflex,
 )
 
 __all__ = [
-    "ATTENTION", "CACHE", "CACHE_CALLS_KEY", "CALLS_KEY", "CATEGORY", "CONDITIONING", "NATIVE_BACKENDS",
-    "NATIVE_METHODS", "NODES", "RUN_KEY", "SKIPARSE_CHOICES", "CacheAttention", "NativeAttention", "NativeCache",
-    "NativeCacheRun", "NativeDiT", "attention_block_patch", "attention_override", "block_patch", "branch_name",
-    "cache_setting", "calc_cond_batch_wrapper", "diffusion_model_wrapper", "grid_wrapper", "guidance_of", "host",
-    "native_attention_patch", "native_cache_patch", "native_config", "parse_ks", "patch_attention", "patch_cache",
-    "sample_wrapper", "step_of", "to_conditioning", "transformer_options_of", "validate_attention",
-    "validate_cache",
+    "ATTENTION", "CACHE", "CACHE_CALLS_KEY", "CALLS_KEY", "CATEGORY", "CONDITIONING", "CacheAttention",
+    "NATIVE_BACKENDS", "NATIVE_METHODS", "NODES", "NativeAttention", "NativeCache", "NativeCacheRun", "NativeDiT",
+    "RIFLEX", "RUN_KEY", "RiflexEmbedder", "SKIPARSE_CHOICES", "attention_block_patch", "attention_override",
+    "block_patch", "branch_name", "cache_setting", "calc_cond_batch_wrapper", "diffusion_model_wrapper", "grid_wrapper",
+    "guidance_of", "host", "native_attention_patch", "native_cache_patch", "native_config", "native_riflex_patch",
+    "parse_ks", "patch_attention", "patch_cache", "patch_riflex", "sample_wrapper", "step_of", "to_conditioning",
+    "transformer_options_of", "validate_attention", "validate_cache", "validate_riflex",
 ]

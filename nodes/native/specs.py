@@ -1,10 +1,12 @@
-"""The native-MODEL nodes: WanCore Native Attention, WanCore Native Cache, WanCore Embeds to Conditioning."""
+"""The native-MODEL nodes: WanCore Native Attention, WanCore Native Cache, WanCore Native RIFLEx, WanCore Embeds
+to Conditioning."""
 from __future__ import annotations
 
 import torch
 
 from wan_core.attention.skiparse import SCHEDULES
 from wan_core.cache import ATTENTION_CHOICES, METHODS, TEACACHE_MODES, start_session
+from wan_core.dit.riflex import auto_k, check_k
 
 from .. import cache as _cache_node
 from .. import host
@@ -12,6 +14,7 @@ from ..declare import Input, NodeSpec, Output
 from .attention_patch import NATIVE_BACKENDS, NativeAttention, parse_ks
 from .cache_patch import NativeCache, NativeDiT, native_config
 from .patcher import native_attention_patch, native_cache_patch
+from .riflex_patch import native_riflex_patch
 
 CATEGORY = "WanCore/native"
 SKIPARSE_CHOICES = SCHEDULES
@@ -135,6 +138,49 @@ CACHE = NodeSpec(
 )
 
 
+def patch_riflex(model, k: int = 0):
+    """k = 0: auto (the model's k, applied when the latent is longer than the training length); else that k."""
+    what = "WanCore Native RIFLEx"
+    dm = host.native_wan_model(model, what)
+    config = native_config(dm)
+    temporal = int(getattr(getattr(dm, "rope_embedder", None), "axes_dim", config.rope_dims)[0])
+    try:
+        if k != 0:
+            check_k(k, temporal)
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
+    if k == 0:
+        auto, trained = auto_k(config)
+        text = f"auto: k={auto}, from {trained + 1} latent frames on (trained on {trained})"
+    else:
+        text = f"k={k}"
+    host.show_text(f"{what}: {text} on {type(dm).__name__}")
+    return (native_riflex_patch(model, "auto" if k == 0 else k, config),)
+
+
+def validate_riflex(k: int = 0) -> bool | str:
+    problems = RIFLEX.range_problems(k=k)
+    return "; ".join(problems) if problems else True
+
+
+RIFLEX = NodeSpec(
+    node_id="WanCoreNativeRIFLEx", display_name="WanCore Native RIFLEx", category=CATEGORY,
+    description="Patches a native Wan MODEL with RIFLEx (Zhao et al. 2025) for videos longer than the model was "
+                "trained on: the temporal RoPE frequency k is lowered to 0.9 * 2*pi / L (L = latent frames of the "
+                "run, or of the context window) so the video does not repeat itself. Returns a patched copy.",
+    inputs=(
+        Input("model", "MODEL"),
+        Input("k", "INT", default=0, min=0, max=22, step=1,
+              tooltip="0 = auto: the model's k (6 for Wan 2.1/2.2), only when the latent is longer than the "
+                      "training length (21 latent frames = 81 frames); 1-22 = that temporal frequency, always"),
+    ),
+    outputs=(Output("MODEL", "model"),),
+    fn=patch_riflex,
+    validate=validate_riflex,
+    search_aliases=("riflex", "long video", "length extrapolation", "rope"),
+)
+
+
 def to_conditioning(embeds: dict, text_len: int = 512):
     """WanCore embeddings -> native CONDITIONING ``[[tensor [1, text_len, D], {}]]`` for positive and negative,
     zero-padded to ``text_len`` rows like ComfyUI's own umT5 encoder output."""
@@ -174,4 +220,4 @@ CONDITIONING = NodeSpec(
     fn=to_conditioning,
 )
 
-NODES = (ATTENTION, CACHE, CONDITIONING)
+NODES = (ATTENTION, CACHE, RIFLEX, CONDITIONING)

@@ -25,6 +25,7 @@ from .block import Head, WanBlock
 from .embeddings import pad_context, patchify, time_embed, unpatchify
 from .image import ImageEmbedding, check_image_inputs
 from .rope import rope_frequencies
+from .runtime import runtime_of
 
 if TYPE_CHECKING:
     from .options import ModelOptions
@@ -141,7 +142,7 @@ class WanDiT(nn.Module):
         tokens = F.linear(patchify(x_in.to(w.dtype), c.patch_size), w.flatten(1), self.patch_embedding.bias)
         h = tokens.float()  # residual stream [B, L, D], float32
         e, e0 = self.embed_time(t, b, tokens.shape[1])
-        freqs = rope_frequencies(grid, c.rope_dims, c.rope_theta, device=x.device)
+        freqs = rope_frequencies(grid, c.rope_dims, c.rope_theta, device=x.device, riflex=runtime_of(self).riflex)
         if cache is None:
             h = self.run_blocks(h, e0, self.embed_context(context, b, clip_tokens), freqs)
         else:

@@ -1,4 +1,5 @@
-"""What is attached to a DiT from outside at run time: its LoRA stack and its block swap, in one typed object.
+"""What is attached to a DiT from outside at run time: its LoRA stack, its block swap and its RIFLEx, in one typed
+object.
 
 The LoRAs (``wan_core.lora.stack``) and the block swap (``wan_core.memory.swap``) patch a model without the
 model knowing; they keep their state here instead of in loose attributes. The object is frozen and replaced on
@@ -16,6 +17,7 @@ import torch.nn as nn
 if TYPE_CHECKING:
     from ..lora.stack import AppliedLora, LoraState
     from ..memory.swap import BlockSwap
+    from .riflex import RIFLEx
 
 _ATTRIBUTE = "wancore_runtime"
 
@@ -23,11 +25,13 @@ _ATTRIBUTE = "wancore_runtime"
 @dataclass(frozen=True)
 class ModelRuntime:
     """``lora``: what the weights carry now (None until a LoRA is first involved); ``wanted_loras``: the LoRAs
-    this model object should carry, in order; ``block_swap``: the attached swap, if any."""
+    this model object should carry, in order; ``block_swap``: the attached swap, if any; ``riflex``: the temporal
+    RoPE change of the run (``wan_core.dit.riflex``; None = the model's own RoPE)."""
 
     lora: LoraState | None = None
     wanted_loras: tuple[AppliedLora, ...] = ()
     block_swap: BlockSwap | None = None
+    riflex: RIFLEx | None = None
 
 
 _NONE = ModelRuntime()
