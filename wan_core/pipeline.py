@@ -26,6 +26,7 @@ from .cache.moe import attached as moe_attached
 from .dit.moe import experts, is_moe
 from .latent_format import check_video_size, latent_geometry, pixel_multiple
 from .sampling.first_frame import FirstFrameGuidance, check_first_frame
+from .dit.riflex import parse_setting as parse_riflex, resolve_riflex, use_riflex
 from .sampling.context_windows import ContextWindows, WindowedGuidance
 from .sampling.moe import MoEGuidance
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, Convention, ScheduleConfig,
@@ -53,6 +54,7 @@ class GenerationConfig:
     integer_timesteps: bool | None = None  # None = the convention's own (official: int, comfyui/custom: float)
     batched_cfg: bool = False  # one forward of batch 2 instead of two of batch 1 (faster, more memory)
     context: ContextWindows | None = None  # context windows over the latent frames (docs/long_video.md)
+    riflex: str | int = "off"  # RIFLEx: "off", "auto" or the temporal RoPE component k (docs/long_video.md)
 
     def replace(self, **changes) -> "GenerationConfig":
         return replace(self, **changes)
@@ -81,6 +83,7 @@ class GenerationConfig:
         if not 0 <= self.guidance < float("inf"):  # also refuses NaN
             raise ValueError(f"guidance={self.guidance!r}: must be a finite number >= 0 (1 disables guidance; "
                              f"official 5.0)")
+        parse_riflex(self.riflex)
         if self.solver not in SOLVER_NAMES:
             raise ValueError(f"solver={self.solver!r}: valid solvers are {', '.join(SOLVER_NAMES)}")
         if not self.prompts:
@@ -200,6 +203,15 @@ def check_embeddings(embeds: Sequence[torch.Tensor], name: str, dit=None) -> Non
                              f"with the text encoder of Wan 2.1 (umT5-XXL, 4096)")
         check_finite(e, what, "the text encoder produced NaN/Inf (umT5 overflows in float16: load it in "
                               "bfloat16 or float32)")
+
+
+def _riflex_for(dit, cfg: GenerationConfig, length: int):
+    """The run's RIFLEx (``cfg.riflex`` for ``length`` latent frames: the video's, or one window's) attached to
+    the DiT for the run; a no-op context when off or for a model without a Wan config."""
+    config = getattr(dit, "config", None)
+    if cfg.riflex == "off" or config is None:
+        return contextlib.nullcontext()
+    return use_riflex(dit, resolve_riflex(cfg.riflex, config, length))
 
 
 @contextlib.contextmanager
@@ -332,7 +344,7 @@ class WanPipeline:
         check_image_model(self.dit, image, shape, source_name(self.dit, "the diffusion model"))
         device = self.dit.device if self.dit is not None else torch.device("cpu")
         x, z0 = _start_latents(cfg, schedule, shape, device, latent, first_frame, self.dit, self.vae)
-        if cfg.context is not None and not cfg.context.covers(shape[2]):
+        if cfg.context is not None and not cfg.context.covers(shape[2]):  # one guide per window
             guide, attached, reports = self._windowed_guide(cond, uncond, cfg, cache, schedule, image, device, z0,
                                                             shape[2], interrupt)
             expert_guide = guide
@@ -346,7 +358,9 @@ class WanPipeline:
             attention = getattr(expert, "attention", None)
             if attention is not None and hasattr(attention, "begin_step"):
                 hooks.append(attention)
-        with attached:
+        windowed = cfg.context is not None and not cfg.context.covers(shape[2])
+        riflex = _riflex_for(self.dit, cfg, cfg.context.length if windowed and cfg.context else shape[2])
+        with attached, riflex:
             x = sample(guide, x, schedule, cfg.solver, callback=callback, interrupt=interrupt, step_hooks=hooks)
         if z0 is not None:
             x = FirstFrameGuidance(None, z0, tuple(self.dit.config.patch_size)).conditioned(x)

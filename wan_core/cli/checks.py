@@ -26,7 +26,7 @@ def problems(request: "GenerateRequest") -> list[str]:
     return (value_problems(request) + text_problems(request) + nag_problems(request)
             + loras.problems(request) + parallel.problems(request) + swap_problems(request)
             + image_problems(request) + source_problems(request) + wan22.problems(request)
-            + context_problems(request))
+            + context_problems(request) + riflex_problems(request))
 
 
 def value_problems(request: "GenerateRequest") -> list[str]:
@@ -141,4 +141,18 @@ def context_problems(request: "GenerateRequest") -> list[str]:
         request.context_windows()
     except ValueError as e:
         return [f"--{str(e).replace('context ', 'context-', 1).replace('use anchor off', 'use --context-anchor off')}"]
+    return []
+
+
+def riflex_problems(request: "GenerateRequest") -> list[str]:
+    """--riflex: off, auto or K within the temporal RoPE of head_dim 128 (every released Wan DiT and the demo
+    model; another model's range is checked once it is loaded)."""
+    from ..dit.riflex import parse_setting
+
+    try:
+        setting = parse_setting(request.riflex)
+    except ValueError as e:
+        return [f"--riflex {request.riflex}: {e}"]
+    if isinstance(setting, int) and request.preset != "tiny-random" and not 1 <= setting <= 22:
+        return [f"--riflex {setting}: outside the temporal RoPE's range 1..22 (head_dim 128); Wan's usual K is 6"]
     return []

@@ -28,6 +28,8 @@ def output_metadata(request: "GenerateRequest", cfg, files: dict | None) -> dict
                            "latent_overlap": windows.overlap, "schedule": windows.schedule,
                            "stride": windows.stride, "fuse": windows.fuse, "anchor": windows.anchor,
                            "freenoise": windows.freenoise}
+    if request.riflex != "off":
+        meta["riflex"] = request.riflex
     for name, specs in (("high", request.lora_high), ("low", request.lora_low)):  # "loras_high" / "loras_low"
         if specs:
             meta[f"loras_{name}"] = loras.names(specs)

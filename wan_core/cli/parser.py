@@ -172,6 +172,9 @@ def _long_video_flags(lv) -> None:
     lv.add_argument("--context-anchor", choices=CONTEXT_ANCHOR, default="auto",
                     help="latent frame 0 (one image frame) heads every window, as the model expects (auto: on, "
                          "off for looped)")
+    lv.add_argument("--riflex", default="off", metavar="auto|K|off",
+                    help="RIFLEx: lower the temporal RoPE frequency K so one period covers the video (auto: the "
+                         "model's K, 6 for Wan, when the video is longer than its training clips)")
     lv.add_argument("--freenoise", action="store_true",
                     help="FreeNoise: each window starts from the same noise frames, shuffled (smoother long videos)")
 

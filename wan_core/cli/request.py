@@ -78,6 +78,7 @@ class GenerateRequest:
     context_fuse: str
     context_anchor: str
     freenoise: bool
+    riflex: str
     ulysses: int
     ring: int
     cfg_parallel: bool
@@ -235,6 +236,7 @@ def generation_config(request: GenerateRequest):
         solver=request.solver, seed=request.seed, convention=cast("Convention", request.convention),
         batched_cfg=request.cfg_batched,  # lightx2v_distill: replaced by "custom" below
         context=request.context_windows(),
+        riflex=request.riflex,
     )
     try:
         if request.convention == "lightx2v_distill":

@@ -23,6 +23,7 @@ from ..config import DiTConfig
 from ..demo.model import DEMO_DIT
 from ..variants import VARIANTS, Variant
 from ..vae.config import PRESETS as VAE_PRESETS
+from .moe import experts
 from .runtime import runtime_of, update_runtime
 
 MARGIN = 0.9  # the authors' factor: one period = L / 0.9 (riflex_utils.py; the paper's section 4)
@@ -126,8 +127,7 @@ def resolve_riflex(setting: str | int, config: DiTConfig, length: int) -> RIFLEx
 
 def _dits(model: nn.Module) -> list[nn.Module]:
     """The DiTs whose forward reads the setting: a Wan 2.2 two-expert model's experts, else the model itself."""
-    experts = [getattr(model, name, None) for name in ("high_noise", "low_noise")]
-    return [m for m in experts if isinstance(m, nn.Module)] or [model]
+    return [dit for _, dit in experts(model)]
 
 
 def set_riflex(model: nn.Module, riflex: RIFLEx | None) -> None:
