@@ -2,6 +2,7 @@
 65-frame video, and seams, with and without context windows and their options (docs/long_video.md).
 
     python bench/long_video_quality.py [--prompts 8] [--frames 65] [--out long_video.json]
+    python bench/long_video_quality.py --frames 33     # RIFLEx at twice the training length
 
 For each setting and held-out single-object prompt: the video is cut into 17-frame stretches (frames 0-16, 16-32,
 ...) and each is scored by the demo's detector (``wan_core.demo.score``: colour found, direction right); a prompt
@@ -29,6 +30,10 @@ STRETCH = 17
 
 def settings(frames: int) -> dict[str, dict]:
     window = dict(frames=17, overlap=8)
+    if frames <= 33:  # RIFLEx at up to 2x the training length, the whole video at once
+        return {f"plain ({frames} frames)": {"frames": frames},
+                f"riflex auto ({frames} frames)": {"frames": frames, "riflex": "auto"},
+                f"riflex k=2 ({frames} frames)": {"frames": frames, "riflex": 2}}
     return {
         "plain (17 frames)": {"frames": 17},
         f"plain ({frames} frames)": {"frames": frames},
