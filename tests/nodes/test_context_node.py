@@ -3,7 +3,10 @@ registration, one-line refusals before queueing, a window holding the whole vide
 do run, and one cache state per window (threshold 0 under windows == no cache under windows)."""
 from __future__ import annotations
 
+import json
+import shutil
 from importlib import import_module
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -119,3 +122,50 @@ def test_each_window_has_its_own_cache_state(node, tiny, shown):
     lines = shown[-1].splitlines()
     assert lines[0] == f"cache {method}: 30/30 DiT evaluations (3 context windows)"  # 3 windows x 5 steps x 2
     assert len([line for line in lines if line.startswith("window [")]) == 3
+
+
+# ---------------------------------------------------------------- the canvas estimate knows windows
+
+def _canvas_with_context(tmp_path) -> Path:
+    """tests/nodes/test_web.py's canvas harness with a context node on the sampler's context input."""
+    from .test_web import APP_STUB, CANVAS_HARNESS, WEB
+
+    harness = CANVAS_HARNESS.replace('"WanCoreModelLoader", "VAEDecode"]',
+                                     '"WanCoreModelLoader", "VAEDecode", "WanCoreContextWindows"]')
+    harness = harness.replace('["model", "embeds", "latent"], ["latent"]);',
+                              '["model", "embeds", "latent", "context"], ["latent"]);\n'
+                              'const context = make(5, "WanCoreContextWindows", cfg.context, [], ["context"]);\n'
+                              'connect(3, context, 0, sampler, "context");')
+    assert harness.count("WanCoreContextWindows") == 2
+    ext = tmp_path / "extensions" / "wancore"
+    ext.mkdir(parents=True)
+    for p in WEB.iterdir():
+        shutil.copy(p, ext / p.name)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "app.js").write_text(APP_STUB)
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "canvas_harness.js").write_text(harness)
+    return tmp_path / "canvas_harness.js"
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed (CI has it)")
+@pytest.mark.parametrize("frames,schedule,want", [
+    (65, "static", "context windows: 7 × 5 latent frames · ≈ {peak} peak per window · {flops} for 20 steps"),
+    (65, "uniform", "context windows of 5 latent frames (uniform: a new set each step) · ≈ {peak} peak per window"),
+    (17, "static", "context window 5 latent frames ≥ the video's 5: one window, the plain sampler"),
+])
+def test_canvas_estimate_shows_the_windows(tmp_path, frames, schedule, want):
+    from wan_core import estimate as E
+
+    from .test_web import run_node
+
+    cfg = {"loader": {"model_name": "wan2.1_t2v_1.3B_fp16.safetensors", "weight_dtype": "auto"},
+           "latent": {"width": 64, "height": 64, "frames": frames, "batch_size": 1},
+           "sampler": {"steps": 20, "guidance": 6.0},
+           "context": {"context_frames": 17, "context_overlap": 8, "context_schedule": schedule,
+                       "anchor_first_frame": True}}
+    out = json.loads(run_node(_canvas_with_context(tmp_path), json.dumps(cfg)))
+    window = E.estimate(width=64, height=64, frames=17, model="1.3B", dtype="bf16", steps=20, guidance=6.0)
+    count = len(ContextWindows.from_frames(17, 8).windows((frames - 1) // 4 + 1))
+    line = want.format(peak=E.format_bytes(window["peak_bytes"]), flops=E.format_flops(window["flops_total"] * count))
+    assert line in [t["t"] for t in out["sampler"]], out["sampler"]
