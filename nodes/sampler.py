@@ -15,6 +15,7 @@ from wan_core.pipeline import GenerationConfig, WanPipeline, check_embeddings, c
 from wan_core.dit.moe import experts
 from wan_core.latent_format import latent_geometry
 from wan_core.sampling import SOLVER_NAMES, Convention, Solver, distill_sigmas
+from wan_core.sampling.context_windows import ContextWindows
 from wan_core.sampling.nag import NAG_ALPHA, NAG_SCALE, NAG_TAU, NAGAttention, NAGConfig
 from wan_core.variants import WAN21
 
@@ -39,7 +40,7 @@ def _preview(x0: torch.Tensor):
 
 def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS, guidance: float = WAN21.guidance,
            shift: float = WAN21.shift, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0,
-           cache=None, image_cond=None):
+           cache=None, image_cond=None, context=None):
     check_models(model)
     first_frame = first_frame_of(latent)  # TI2V-5B image-to-video (WanCoreImageToVideoLatent22 / native)
     # Values matter only when sampling starts from the latent (denoise < 1); otherwise only its shape is used.
@@ -52,7 +53,7 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS,
     sigmas = tuple(distill_sigmas(steps, shift)) if schedule == DISTILL else None
     cfg = GenerationConfig(width=w * sf, height=h * sf, frames=(t - 1) * 4 + 1, steps=steps, guidance=guidance,
                            shift=shift, solver=cast(Solver, solver), seed=seed, sigmas=sigmas, denoise=denoise,
-                           convention="custom" if sigmas else SCHEDULES[schedule])
+                           convention="custom" if sigmas else SCHEDULES[schedule], context=context)
     cfg.validate()  # the solver name came from a client: refused here unless it is one of SOLVER_NAMES
     cond = embeds["cond"] * b if len(embeds["cond"]) == 1 else embeds["cond"]
     uncond = embeds["uncond"] * b if len(embeds["uncond"]) == 1 else embeds["uncond"]
@@ -82,8 +83,17 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS,
                                       [u.to(device) for u in uncond] if any(g != 1.0 for g in guidances) else None,
                                       cfg, latent=start, callback=callback, interrupt=_interrupt, cache=cache,
                                       image=image_cond, first_frame=first_frame)
-    host.show_text(pipe.cache_report.text())  # "cache <method>: <computed>/<total> DiT evaluations" + details
+    # one progress text (a second would replace it): the context note, then "cache <method>: <computed>/<total> ..."
+    host.show_text("\n".join([*context_note(context, t), pipe.cache_report.text()]))
     return ({"samples": out.to(host.intermediate_device()), "downscale_ratio_spacial": sf},)
+
+
+def context_note(context: ContextWindows | None, latent_frames: int) -> list[str]:
+    """The line saying a connected context window holds the whole video (then the plain sampler runs)."""
+    if context is None or not context.covers(latent_frames):
+        return []
+    return [f"context window {context.length} latent frames >= the video's {latent_frames}: one window, the plain "
+            f"sampler"]
 
 
 def first_frame_of(latent) -> torch.Tensor | None:
@@ -133,6 +143,9 @@ SAMPLER = NodeSpec(
               tooltip="a WanCore Cache node (wan / teacache / magcache / easycache); unconnected = exact"),
         Input("image_cond", "WANCORE_IMAGE_COND", optional=True,
               tooltip="image-to-video: WanCore Image To Video (its latent output goes to latent)"),
+        Input("context", "WANCORE_CONTEXT", optional=True,
+              tooltip="long videos: a WanCore Context Windows node (overlapping windows, each cached on its own); "
+                      "unconnected = the whole video at once"),
     ),
     outputs=(Output("LATENT", "latent"),),
     fn=sample,

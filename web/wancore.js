@@ -13,6 +13,7 @@ const LATENT_NODES = ["WanCoreEmptyLatent", "EmptyHunyuanLatentVideo", "WanCoreE
 const SAMPLER = "WanCoreSampler";
 const LOADER = "WanCoreModelLoader";
 const CACHE = "WanCoreCache";
+const CONTEXT = "WanCoreContextWindows";
 const TARGETS = ["WanCoreEmptyLatent", "WanCoreEmptyLatent22", SAMPLER];
 const MOE = "WanCoreMoE"; // Wan 2.2 A14B: the estimate is that of one expert (the high-noise one's loader)
 const LINE_HEIGHT = 15;
@@ -115,8 +116,51 @@ function gather(node) {
   if (modelNode?.type === MOE) modelNode = upstream(modelNode, "high_noise_model");
   const model = modelSettings(modelNode);
   const cacheNode = node.type === SAMPLER ? upstream(node, "cache") : null;
+  const contextNode = sampler ? upstream(sampler, "context") : null;
   return { latent, model, sampler: sampler ? samplerSettings(sampler) : { steps: 30, guidance: 5.0 },
-           cache: cacheNode?.type === CACHE ? cacheSettings(cacheNode) : null };
+           cache: cacheNode?.type === CACHE ? cacheSettings(cacheNode) : null,
+           context: contextNode?.type === CONTEXT ? contextSettings(contextNode) : null };
+}
+
+// The WanCoreContextWindows node's choice, in real frames as on its widgets.
+function contextSettings(node) {
+  return { frames: Number(widgetValue(node, ["context_frames"], 81)),
+           overlap: Number(widgetValue(node, ["context_overlap"], 30)),
+           schedule: String(widgetValue(node, ["context_schedule"], "static")),
+           anchor: Boolean(widgetValue(node, ["anchor_first_frame"], true)) };
+}
+
+// Static windows over the video (wan_core/sampling/context_windows.py: latent frame 0 heads every anchored
+// window, the others step by window - overlap, the last moved back to end on the last frame).
+function staticWindowCount(latentFrames, length, overlapLatent, anchor) {
+  const body = anchor ? length - 1 : length;
+  const n = latentFrames - (anchor ? 1 : 0);
+  const overlap = Math.min(overlapLatent, Math.max(body - 1, 0));
+  let count = 0;
+  for (let start = 0; start < n; start += body - overlap) {
+    count += 1;
+    if (Math.min(start, n - body) + body >= n) break;
+  }
+  return count;
+}
+
+// One line: how the connected context windows split the video, with one window's peak (activations are
+// sized by the window, not the video).
+function contextLine(context, latent, model, sampler) {
+  const latentFrames = Math.floor((latent.frames - 1) / 4) + 1;
+  const length = Math.max(Math.floor((context.frames - 1) / 4) + 1, 1);
+  if (length >= latentFrames) {
+    return `context window ${length} latent frames ≥ the video's ${latentFrames}: one window, the plain sampler`;
+  }
+  const w = estimate({ ...latent, ...model, ...sampler, frames: context.frames });
+  const peak = `≈ ${formatBytes(w.peak_bytes)} peak per window`;
+  if (context.schedule !== "static") {
+    return `context windows of ${length} latent frames (${context.schedule}: a new set each step) · ${peak}`;
+  }
+  const overlap = context.overlap > 0 ? Math.floor((context.overlap - 1) / 4) + 1 : 0;
+  const count = staticWindowCount(latentFrames, length, overlap, context.anchor);
+  return `context windows: ${count} × ${length} latent frames · ${peak} · ` +
+         `${formatFlops(w.flops_total * count)} for ${sampler.steps} steps`;
 }
 
 // The WanCoreCache node's choice (-1 = the method's default).
@@ -137,7 +181,7 @@ function cacheLine(cache, sampler, model, tokens) {
 }
 
 export function describe(node) {
-  const { latent, model, sampler, cache } = gather(node);
+  const { latent, model, sampler, cache, context } = gather(node);
   if (!latent) return { lines: ["connect a WanCore Empty Video Latent to see the cost estimate"], problems: [] };
   const e = estimate({ ...latent, ...model, ...sampler });
   const sparse = model.skiparse !== "none"
@@ -150,6 +194,7 @@ export function describe(node) {
     `≈ ${formatBytes(e.peak_bytes)} peak · ${formatFlops(e.flops_total)} for ${sampler.steps} steps`,
   ];
   const notes = cache ? [cacheLine(cache, sampler, model, e.tokens)] : [];
+  if (context) notes.push(contextLine(context, latent, model, sampler));
   return { lines, problems: e.problems, notes };
 }
 

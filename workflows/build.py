@@ -285,7 +285,7 @@ def workflows() -> list[Workflow]:
         *_output(7, "video/WanCore_native"),
     ])
     return [basic, long_tiled, native, distill_workflow(), multi_gpu_workflow(),
-            fast_workflow(), cached_workflow(), demo_workflow(), native_fast_workflow(),
+            fast_workflow(), cached_workflow(), demo_workflow(), long_windows_workflow(), native_fast_workflow(),
             *image_workflows(), *wan22_workflows()]
 
 
@@ -475,6 +475,37 @@ def demo_workflow() -> Workflow:
         Node(8, "CreateVideo", {"fps": 8.0}, {"images": (7, 0)}),
         Node(9, "SaveVideo", {"filename_prefix": "video/WanCore_demo", "format": "auto", "codec": "auto"},
              {"video": (8, 0)}),
+    ])
+
+
+def long_windows_workflow() -> Workflow:
+    """t2v_demo at 4x the demo model's training length, sampled as context windows of that length
+    (WanCoreContextWindows on the sampler's optional context input; docs/long_video.md)."""
+    sampler = _sampler({"seed": 1, "steps": 20, "guidance": 6.0, "shift": 3.0})
+    sampler.links["context"] = (10, 0)
+    return Workflow("t2v_long_windows", "## WanCore: a long video in context windows\n"
+                    "The built-in demo model (trained on 17 frames) asked for 65 frames: **WanCore Context "
+                    "Windows** on the sampler denoises the video as overlapping 17-frame windows (overlap 8 real "
+                    "frames = 2 latent frames, schedule *static*, fuse *pyramid*), each run by the model on its "
+                    "own at every step and blended back, so every stretch is sampled at the length the model "
+                    "knows. Latent frame 0 (one image frame) heads every window (*anchor_first_frame*). Lengths "
+                    "are real frames as on ComfyUI's WanContextWindowsManual; for Wan 2.1 / 2.2 use 81-frame "
+                    "windows. A connected cache keeps one state per window; the sampler shows the windows it ran. "
+                    "Runs on a CPU in a few minutes, nothing to download; see docs/long_video.md.\n", [
+        Node(1, "WanCoreModelLoader", {"model_name": DEMO}),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": DEMO}),
+        Node(3, "WanCoreVAELoader", {"vae_name": DEMO}),
+        Node(4, "WanCoreTextEncode", {"positive": "a blue square moving right", "negative": ""},
+             {"text_encoder": (2, 0)}, color=POSITIVE),
+        Node(5, "WanCoreEmptyLatent", {"width": 64, "height": 64, "frames": 65, "batch_size": 1}),
+        sampler,
+        Node(7, "WanCoreDecode", {"tiling": "off"}, {"vae": (3, 0), "samples": (6, 0)}),
+        Node(8, "CreateVideo", {"fps": 8.0}, {"images": (7, 0)}),
+        Node(9, "SaveVideo", {"filename_prefix": "video/WanCore_long_windows", "format": "auto", "codec": "auto"},
+             {"video": (8, 0)}),
+        Node(10, "WanCoreContextWindows", {"context_frames": 17, "context_overlap": 8, "context_schedule": "static",
+                                           "context_stride": 1, "fuse_method": "pyramid", "freenoise": False,
+                                           "anchor_first_frame": True}),
     ])
 
 
