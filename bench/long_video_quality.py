@@ -41,6 +41,7 @@ def settings(frames: int) -> dict[str, dict]:
         "windows, no anchor": {"frames": frames, "context": ContextWindows.from_frames(**window, anchor=False)},
         "windows + freenoise": {"frames": frames, "context": ContextWindows.from_frames(**window, freenoise=True)},
         "windows uniform": {"frames": frames, "context": ContextWindows.from_frames(**window, schedule="uniform")},
+        f"riflex auto ({frames} frames at once)": {"frames": frames, "riflex": "auto"},
         "windows linear fuse": {"frames": frames, "context": ContextWindows.from_frames(**window, fuse="linear")},
     }
 

@@ -132,14 +132,10 @@ class CacheSession:
     def attached(self, dit):
         """Make ``dit`` consult this session during the run (restored afterwards); the report is completed
         and the stored tensors are freed on exit."""
-        prev = dit.cache if self.uses_dit else None
-        if self.uses_dit:
-            dit.cache = self
         try:
-            yield self
+            with self.active_on(dit):
+                yield self
         finally:
-            if self.uses_dit:
-                dit.cache = prev
             self.finish()
 
     @contextlib.contextmanager
