@@ -344,15 +344,8 @@ class WanPipeline:
         check_image_model(self.dit, image, shape, source_name(self.dit, "the diffusion model"))
         device = self.dit.device if self.dit is not None else torch.device("cpu")
         x, z0 = _start_latents(cfg, schedule, shape, device, latent, first_frame, self.dit, self.vae)
-        if cfg.context is not None and not cfg.context.covers(shape[2]):  # one guide per window
-            guide, attached, reports = self._windowed_guide(cond, uncond, cfg, cache, schedule, image, device, z0,
-                                                            shape[2], interrupt)
-            expert_guide = guide
-        else:
-            guide, attached = self._guide(cond, uncond, cfg, sessions, schedule, image, device)
-            expert_guide, reports = guide, None
-            if z0 is not None:
-                guide = FirstFrameGuidance(guide, z0, tuple(self.dit.config.patch_size))
+        guide, attached, expert_guide, reports = self._velocity(cond, uncond, cfg, cache, sessions, schedule, image,
+                                                                device, z0, shape[2], interrupt)
         hooks = list(step_hooks)
         for _, expert in experts(self.dit):
             attention = getattr(expert, "attention", None)
@@ -366,13 +359,26 @@ class WanPipeline:
             x = FirstFrameGuidance(None, z0, tuple(self.dit.config.patch_size)).conditioned(x)
         if reports is not None:
             self.cache_report = WindowCacheReport(reports())
-            self.moe_steps = list(expert_guide.steps) if is_moe(self.dit) else None
         elif is_moe(self.dit):
             self.cache_report = MoECacheReport({n: s.report for n, s in sessions.items()})
-            self.moe_steps = list(expert_guide.steps)  # expert per step ("high" / "low")
         else:
-            self.cache_report, self.moe_steps = sessions[""].report, None
+            self.cache_report = sessions[""].report
+        self.moe_steps = list(expert_guide.steps) if is_moe(self.dit) else None  # expert per step ("high"/"low")
         return latent_format.from_model(x)
+
+    def _velocity(self, cond, uncond, cfg: GenerationConfig, cache: Any, sessions: dict[str, Any], schedule: Any,
+                  image: ImageCondition | None, device: torch.device, z0: torch.Tensor | None, frames: int,
+                  interrupt: InterruptFn | None) -> tuple[Any, Any, Any, Any]:
+        """The run's velocity function, the context its caches run in, the guide that knows the expert of each
+        step, and (context windows) a function listing the windows' cache reports, else None."""
+        if cfg.context is not None and not cfg.context.covers(frames):  # one guide per window
+            guide, attached, reports = self._windowed_guide(cond, uncond, cfg, cache, schedule, image, device, z0,
+                                                            frames, interrupt)
+            return guide, attached, guide, reports
+        guide, attached = self._guide(cond, uncond, cfg, sessions, schedule, image, device)
+        if z0 is None:
+            return guide, attached, guide, None
+        return FirstFrameGuidance(guide, z0, tuple(self.dit.config.patch_size)), attached, guide, None
 
     def _guide(self, cond: list[torch.Tensor], uncond: list[torch.Tensor] | None, cfg: GenerationConfig,
                sessions: dict[str, Any], schedule: Any, image: ImageCondition | None,
