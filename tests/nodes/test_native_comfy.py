@@ -14,6 +14,10 @@ assumes). Checked:
   (<= 1e-4); the input MODEL's options are unchanged after patching;
 * the cache node through ComfyUI's sampler (``comfy.sample.sample``, KSampler's path): ``off`` is the input,
   easycache / wan / magcache skip evaluations and report them, outputs stay finite;
+* RIFLEx on ComfyUI's WanModel: only the frame axis's component k of the rotations changes, one latent frame
+  is bit-identical, the input MODEL is untouched;
+* attention + cache + RIFLEx under ComfyUI's own ``WanContextWindowsManual``: runs, finite, each forward sees a
+  window, a window covering the video equals no windows (the cache is not window-aware: docs/native_patches.md);
 * the shipped ``native_t2v_fast`` API workflow through ``/prompt`` on a CPU-only ComfyUI server (slow).
 """
 from __future__ import annotations
@@ -39,6 +43,7 @@ def _import_comfy():
 
         comfy.options.enable_args_parsing()
         import comfy.model_patcher  # noqa: F401
+        import comfy.patcher_extension  # noqa: F401
         import comfy.sample  # noqa: F401
         import comfy.sd  # noqa: F401
         return comfy
@@ -222,6 +227,119 @@ def test_cache_through_comfys_sampler(weights, method):
     print(method, shown[0].replace("\n", " | "), f"max |out - uncached| {(out - ref).abs().max():.3f}")
     assert int(total) == 2 * steps and int(computed) < int(total)
     assert torch.isfinite(out).all()
+
+
+# ---------------------------------------------------------------------------------------------- RIFLEx
+
+
+def patched_forward(patcher, x, t, ctx):
+    """``native_forward`` with the patcher's object patches on the model (as ComfyUI loads a MODEL to run it),
+    taken off again afterwards."""
+    patcher.patch_model()
+    try:
+        return native_forward(patcher, x, t, ctx)
+    finally:
+        patcher.unpatch_model()
+
+
+def frame_ids(frames, h=3, w=3):
+    """Token positions ``[1, N, 3]`` (frame, row, column) as ComfyUI's ``WanModel.rope_encode`` builds them."""
+    f, r, c = torch.meshgrid(torch.arange(frames), torch.arange(h), torch.arange(w), indexing="ij")
+    return torch.stack([f, r, c], -1).reshape(1, -1, 3).float()
+
+
+def test_riflex_changes_only_the_temporal_component_on_comfys_wan(weights):
+    """WanCore Native RIFLEx on ComfyUI's own WanModel: an object patch on a clone; the rotations differ from
+    ComfyUI's only in the frame axis's component k; one latent frame is unchanged, more frames change."""
+    m = native_patcher(weights)
+    before = copy.deepcopy(m.model_options)
+    original = m.model.diffusion_model.rope_embedder
+    k, shown = 3, []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native.host, "show_text", shown.append)
+        patched = native.patch_riflex(m, k)[0]
+    assert patched is not m and m.model_options == before and not m.object_patches
+    assert shown == [f"WanCore Native RIFLEx: k={k} on WanModel"]
+    embedder = patched.get_model_object(native.riflex_patch.EMBEDDER)
+    assert isinstance(embedder, native.RiflexEmbedder) and embedder.original is original
+    ids = frame_ids(9)
+    ref, out = original(ids), embedder(ids)  # [1, 1, N, d/2, 2, 2]
+    changed = sorted({int(i) for i in (out != ref).nonzero()[:, 3].tolist()})
+    temporal = original.axes_dim[0] // 2
+    print(f"RIFLEx k={k}: rotation components changed {changed} of {out.shape[3]} ({temporal} temporal)")
+    assert changed == [k - 1]
+    for frames, same in ((1, True), (3, False)):
+        x, t, ctx = inputs(grid=(frames, 4, 4))
+        base = native_forward(m, x, t, ctx)
+        rif = patched_forward(patched, x, t, ctx)
+        print(f"{frames} latent frame(s): max |RIFLEx - ComfyUI| {(rif - base).abs().max():.2e}")
+        assert torch.equal(rif, base) == same
+    assert m.model.diffusion_model.rope_embedder is original and m.model_options == before
+    again = native.patch_riflex(patched, 5)[0].get_model_object(native.riflex_patch.EMBEDDER)
+    assert again.original is original and again.setting == 5  # replaced, not stacked
+
+
+# ---------------------------------------------------------------------------------------------- context windows
+
+
+def _windows_node():
+    from comfy_extras.nodes_context_windows import WanContextWindowsManualNode
+
+    return WanContextWindowsManualNode
+
+
+def with_windows(model, length, overlap):
+    """ComfyUI's own WAN Context Windows (Manual) node (its ``execute``); ``length``/``overlap`` in video
+    frames, as the node takes them (it converts to latent frames)."""
+    out = _windows_node().execute(model, context_length=length, context_overlap=overlap,
+                                  context_schedule="standard_static", context_stride=1, closed_loop=False,
+                                  fuse_method="pyramid")
+    return out.result[0]
+
+
+def sample_long(model, frames=5, steps=6, cfg=5.0, seed=0):
+    _, _, ctx = inputs(grid=(2, 4, 4))
+    latent = torch.zeros(1, 16, frames, 8, 8)
+    noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(seed))
+    return comfy.sample.sample(model, noise, steps, cfg, "uni_pc", "simple", [[ctx, {}]],
+                               [[torch.zeros_like(ctx), {}]], latent, denoise=1.0, disable_pbar=True, seed=seed)
+
+
+@pytest.mark.parametrize("method", ["easycache", "wan", "teacache"])
+def test_patches_compose_with_comfys_context_windows(weights, method):
+    """Attention + cache + RIFLEx patches on a MODEL with ComfyUI's WanContextWindowsManual, sampled through
+    ``comfy.sample.sample`` on 5 latent frames with 3-frame windows (overlap 1): runs, finite, reports;
+    a window covering the whole video is the same as no windows."""
+    m = native_patcher(weights)
+    steps, shown = 6, []
+    kwargs = {"threshold": {"easycache": 5.0, "teacache": 3.0}.get(method, 0.5)}
+    if method == "teacache":
+        kwargs["calibration"] = calibration_text(steps)
+    calls: list[int] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native.host, "show_text", shown.append)
+        patched = native.patch_riflex(native.patch_cache(native.patch_attention(m, "int8", "osp13", 4)[0],
+                                                         method, **kwargs)[0], 3)[0]
+        # counts the latent frames of each DiT forward (ComfyUI's own wrapper mechanism, outermost)
+        patched.add_wrapper(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL,
+                            lambda ex, *a, **kw: (calls.append(a[0].shape[2]), ex(*a, **kw))[1])
+        windowed = with_windows(patched, 9, 4)  # 3 latent frames, overlap 1: windows 0-2, 2-4
+        plain = sample_long(patched, steps=steps)
+        n_plain = len(calls)
+        out = sample_long(windowed, steps=steps)
+        frames_windowed = calls[n_plain:]
+        whole = sample_long(with_windows(patched, 17, 4), steps=steps)
+    reports = [s for s in shown if s.startswith(f"cache {method}: ")]
+    print(method, "| plain:", reports[0].replace("\n", " | "), "| windows:", reports[1].replace("\n", " | "),
+          f"| frames per forward: plain {sorted(set(calls[:n_plain]))} ({n_plain}), windowed "
+          f"{sorted(set(frames_windowed))} ({len(frames_windowed)})",
+          f"| max |windows - whole| {(out - plain).abs().max():.3f}")
+    assert "context_handler" in windowed.model_options
+    assert "context_handler" not in patched.model_options
+    assert set(frames_windowed) == {3} and set(calls[:n_plain]) == {5}
+    assert torch.isfinite(out).all() and not torch.equal(out, plain)
+    assert torch.equal(whole, plain)
+    assert len(reports) == 3
 
 
 # ---------------------------------------------------------------------------------------------- /prompt
