@@ -26,6 +26,7 @@ from .cache.moe import attached as moe_attached
 from .dit.moe import experts, is_moe
 from .latent_format import check_video_size, latent_geometry, pixel_multiple
 from .sampling.first_frame import FirstFrameGuidance, check_first_frame
+from .sampling.known_frames import KnownFramesGuidance
 from .dit.riflex import parse_setting as parse_riflex, resolve_riflex, use_riflex
 from .sampling.context_windows import ContextWindows, WindowedGuidance
 from .sampling.moe import MoEGuidance
@@ -249,9 +250,27 @@ def _start_latents(cfg: GenerationConfig, schedule: Any, shape: tuple[int, ...],
     x = initial_latent(noise, schedule, start)
     z0 = None
     if first_frame is not None:
-        check_first_frame(first_frame, shape, "first_frame")
+        check_first_frame(first_frame, shape, "first_frame", max_frames=shape[2] - 1)
         z0 = latent_format.to_model(first_frame.to(device, torch.float32))
     return x, z0
+
+
+def _known_head(known: torch.Tensor | None, cfg: GenerationConfig, shape: tuple[int, ...], x: torch.Tensor, dit=None,
+                vae=None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The given head latents (normalised) and their fixed noise (the head of the starting noise) of a clip
+    extension on a text-to-video model, or None; one line when they do not fit the clip."""
+    if known is None:
+        return None
+    check_latent(known, "known frames", dit=dit, vae=vae)
+    b, c, f, h, w = shape
+    if known.shape[1] != c or not 1 <= known.shape[2] < f or tuple(known.shape[3:]) != (h, w) or \
+            known.shape[0] not in (1, b):
+        raise ValueError(f"known frames have shape {list(known.shape)}, expected [1, {c}, K, {h}, {w}] with K from 1 "
+                         f"to {f - 1} (fewer than the clip's {f} latent frames)")
+    if cfg.denoise != 1.0:
+        raise ValueError(f"known frames (a clip extension) start from pure noise: set denoise to 1, not {cfg.denoise}")
+    k = known.shape[2]
+    return latent_format.to_model(known.to(x.device, torch.float32)), x[:, :, :k].clone()
 
 
 class WanPipeline:
@@ -317,6 +336,7 @@ class WanPipeline:
         cache: Any = None,
         image: ImageCondition | None = None,
         first_frame: torch.Tensor | None = None,
+        known: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Sample raw VAE latents ``[B, 16, F, H/8, W/8]``.
 
@@ -328,7 +348,10 @@ class WanPipeline:
         ``image``: the conditioning of an image-to-video model (``wan_core.i2v.image_condition``), required by
         those models and refused by the others.
         ``first_frame``: Wan 2.2 TI2V-5B image-to-video, the start image's raw latent ``[1 or B, 48, 1, h, w]``
-        (``vae.encode`` of one frame): it replaces latent frame 0 at timestep 0 (docs/wan22.md section 2).
+        (``vae.encode`` of one frame): it replaces latent frame 0 at timestep 0 (docs/wan22.md section 2); a latent
+        of K frames holds the first K so (a clip extension on TI2V-5B; not with context windows).
+        ``known``: raw latents ``[1 or B, C, K, h, w]`` of the clip's first K latent frames, given (a clip extension
+        on a text-to-video model, ``wan_core.extension``): re-noised to every step's sigma, exact at the end.
         """
         check_models(self.dit, self.vae)
         check_embeddings(cond, "prompt embedding", self.dit)
@@ -344,19 +367,27 @@ class WanPipeline:
         check_image_model(self.dit, image, shape, source_name(self.dit, "the diffusion model"))
         device = self.dit.device if self.dit is not None else torch.device("cpu")
         x, z0 = _start_latents(cfg, schedule, shape, device, latent, first_frame, self.dit, self.vae)
+        windowed = cfg.context is not None and not cfg.context.covers(shape[2])
+        if z0 is not None and z0.shape[2] > 1 and windowed:
+            raise ValueError("a first-frame latent of several frames (a TI2V-5B clip extension) does not combine with "
+                             "context windows; continue with known frames instead (wan_core.extension)")
         guide, attached, expert_guide, reports = self._velocity(cond, uncond, cfg, cache, sessions, schedule, image,
                                                                 device, z0, shape[2], interrupt)
+        head = _known_head(known, cfg, shape, x, self.dit, self.vae)
+        if head is not None:
+            guide = KnownFramesGuidance(guide, *head)
         hooks = list(step_hooks)
         for _, expert in experts(self.dit):
             attention = getattr(expert, "attention", None)
             if attention is not None and hasattr(attention, "begin_step"):
                 hooks.append(attention)
-        windowed = cfg.context is not None and not cfg.context.covers(shape[2])
         riflex = _riflex_for(self.dit, cfg, cfg.context.length if windowed and cfg.context else shape[2])
         with attached, riflex:
             x = sample(guide, x, schedule, cfg.solver, callback=callback, interrupt=interrupt, step_hooks=hooks)
         if z0 is not None:
             x = FirstFrameGuidance(None, z0, tuple(self.dit.config.patch_size)).conditioned(x)
+        if isinstance(guide, KnownFramesGuidance):
+            x = guide.finish(x)
         if reports is not None:
             self.cache_report = WindowCacheReport(reports())
         elif is_moe(self.dit):

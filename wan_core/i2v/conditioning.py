@@ -48,12 +48,13 @@ class ImageCondition:
                              f"width, height and length for both")
 
 
-def condition_mask(frames: int, lat_h: int, lat_w: int, last_image: bool = False) -> torch.Tensor:
+def condition_mask(frames: int, lat_h: int, lat_w: int, last_image: bool = False, head: int = 1) -> torch.Tensor:
     """The official conditioning mask ``[1, 4, 1 + (frames-1)/4, lat_h, lat_w]`` (Wan2.1 wan/image2video.py lines
     210-217; wan/first_last_frame2video.py lines 231-238): one value per pixel frame (1 = given), frame 0 repeated 4x
-    so 1 + 4(F-1) frames fill 4F slots, regrouped as 4 channels per latent frame."""
+    so 1 + 4(F-1) frames fill 4F slots, regrouped as 4 channels per latent frame. ``head`` > 1: the first ``head``
+    pixel frames are given (a clip that continues a video, ``continuation.py``)."""
     per_frame = torch.zeros(frames)
-    per_frame[0] = 1
+    per_frame[:head] = 1
     if last_image:
         per_frame[-1] = 1
     slots = torch.cat([per_frame[:1].repeat(TEMPORAL), per_frame[1:]])  # [4F]

@@ -5,19 +5,21 @@ from __future__ import annotations
 import torch
 
 
-def first_frame_timesteps(timestep: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
+def first_frame_timesteps(timestep: torch.Tensor, grid: tuple[int, int, int], frames: int = 1) -> torch.Tensor:
     """Per-token timesteps ``[B, L]`` for a first-frame-conditioned latent: 0 on the tokens of latent frame 0,
     the step's ``timestep [B]`` elsewhere, tokens in (f, h, w) order (Wan2.2 wan/textimage2video.py lines
-    573-578, ``mask2[0][0][:, ::2, ::2] * timestep``; any batch size, where the official code takes one)."""
+    573-578, ``mask2[0][0][:, ::2, ::2] * timestep``; any batch size, where the official code takes one).
+    ``frames`` > 1: the first ``frames`` latent frames are given (clip extension continues from several)."""
     f, h, w = grid
     mask = torch.ones(f, h * w, dtype=torch.float32, device=timestep.device)
-    mask[0] = 0
+    mask[:frames] = 0
     return (mask.flatten()[None] * timestep.to(torch.float32)[:, None]).to(timestep.dtype)
 
 
 class FirstFrameGuidance:
     """Wraps a velocity function for TI2V-5B image-to-video: the model always sees latent frame 0 replaced by the
     image's normalised latent ``z0 [1 or B, C, 1, h, w]`` at timestep 0 on its tokens (docs/wan22.md section 2);
+    a ``z0`` of K frames holds the first K latent frames so (clip extension, docs/long_video.md section 3);
     the solver's own frame 0 is discarded and replaced at the end (``finish``), as the official code and
     diffusers' ``expand_timesteps`` path do after every step."""
 
@@ -30,12 +32,12 @@ class FirstFrameGuidance:
 
     def conditioned(self, x: torch.Tensor) -> torch.Tensor:
         x = x.clone()
-        x[:, :, :1] = self.z0.to(x)
+        x[:, :, : self.z0.shape[2]] = self.z0.to(x)
         return x
 
     def __call__(self, x: torch.Tensor, sigma: float, timestep: torch.Tensor) -> torch.Tensor:
         grid = tuple(s // p for s, p in zip(x.shape[2:], self.patch))
-        t = first_frame_timesteps(timestep, grid)  # type: ignore[arg-type]
+        t = first_frame_timesteps(timestep, grid, int(self.z0.shape[2]))  # type: ignore[arg-type]
         return self.inner(self.conditioned(x), sigma, t)
 
     @property
@@ -43,9 +45,12 @@ class FirstFrameGuidance:
         return list(getattr(self.inner, "steps", []))
 
 
-def check_first_frame(z: torch.Tensor, shape: tuple[int, ...], name: str) -> None:
-    """The first-frame latent must be ``[1 or B, C, 1, h, w]`` of the video's latent size (one line otherwise)."""
-    b, c, _, h, w = shape
-    if z.dim() != 5 or z.shape[1] != c or z.shape[2] != 1 or tuple(z.shape[3:]) != (h, w) or z.shape[0] not in (1, b):
-        raise ValueError(f"{name}: the start image's latent has shape {list(z.shape)}, expected [1, {c}, 1, {h}, {w}] "
-                         f"(encode the image at the video's width and height)")
+def check_first_frame(z: torch.Tensor, shape: tuple[int, ...], name: str, max_frames: int = 1) -> None:
+    """The first-frame latent must be ``[1 or B, C, K, h, w]`` of the video's latent size with K = 1, or up to
+    ``max_frames`` (and fewer than the video's) for the head of a clip extension: one line otherwise."""
+    b, c, f, h, w = shape
+    frames_ok = z.dim() == 5 and 1 <= z.shape[2] <= min(max_frames, f - 1 if max_frames > 1 else 1)
+    if not frames_ok or z.shape[1] != c or tuple(z.shape[3:]) != (h, w) or z.shape[0] not in (1, b):
+        k = "1" if max_frames == 1 else f"1..{min(max_frames, f - 1)}"
+        raise ValueError(f"{name}: the start image's latent has shape {list(z.shape)}, expected [1, {c}, {k}, {h}, "
+                         f"{w}] (encode the image at the video's width and height)")
