@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..estimate import SIZE_LIMITS
-from . import loras, parallel, wan22
+from . import extend, loras, parallel, wan22
 
 if TYPE_CHECKING:
     from .request import GenerateRequest
@@ -26,7 +26,7 @@ def problems(request: "GenerateRequest") -> list[str]:
     return (value_problems(request) + text_problems(request) + nag_problems(request)
             + loras.problems(request) + parallel.problems(request) + swap_problems(request)
             + image_problems(request) + source_problems(request) + wan22.problems(request)
-            + context_problems(request) + riflex_problems(request))
+            + context_problems(request) + riflex_problems(request) + extend.problems(request))
 
 
 def value_problems(request: "GenerateRequest") -> list[str]:

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from . import conditioning, loras, models, parallel, placement, wan22
+from . import conditioning, extend, loras, models, parallel, placement, wan22
 from .metadata import output_metadata
 from .progress import tqdm_progress
 from .request import generation_config
@@ -26,7 +26,10 @@ def generate(request: "GenerateRequest") -> int:
     swapped = placement.swap_blocks(request, device, layers)  # the one decision; read below, applied in place_dit
     placement.check_memory(request, device, files["dit"].size if files else None, layers, swapped)
     t0 = time.perf_counter()
-    video, memory = _render(request, cfg, files, device, rank, swapped)
+    if request.chained:  # --extend / --clips: clips that continue a video (one process)
+        video, memory = extend.render(request, cfg, files, device, lambda: _load(request, device, files, swapped))
+    else:
+        video, memory = _render(request, cfg, files, device, rank, swapped)
     if rank == 0:
         for line in memory:
             print(f"wan_core: {line}", file=sys.stderr)
@@ -107,6 +110,8 @@ def _write(request: "GenerateRequest", cfg, video, files: dict | None, t0: float
 
     negative = DEFAULT_NEGATIVE_PROMPT if cfg.negative_prompt is None else cfg.negative_prompt
     meta = output_metadata(request, cfg.replace(negative_prompt=negative), files)
+    if request.chained:
+        meta["extension"] = extend.metadata(request)
     written = write_video(video[0], request.out, fps=request.fps, metadata=meta)
-    print(f"wrote {written} ({cfg.frames} frames, {cfg.width}x{cfg.height}, {request.fps} fps) in "
+    print(f"wrote {written} ({video.shape[2]} frames, {cfg.width}x{cfg.height}, {request.fps} fps) in "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)

@@ -29,6 +29,8 @@ TILING = ("auto", "on", "off")
 CONTEXT_SCHEDULES = ("static", "uniform", "looped")  # wan_core.sampling.context_windows.SCHEDULES
 CONTEXT_FUSES = ("pyramid", "flat", "linear")  # wan_core.sampling.context_windows.FUSES
 CONTEXT_ANCHOR = ("auto", "on", "off")
+COLOUR_MATCHES = ("off", "mean-std", "histogram")  # wan_core.extension.COLOUR_MATCHES
+EXTEND_CONDITIONINGS = ("auto", "svi")  # of wan_core.extension.CONDITIONINGS, what the command line offers
 VAE_RECIPES = train_demo.VAE_RECIPES
 
 _DEMO = VARIANTS[PRESET_VARIANTS["demo"]].sampling
@@ -177,6 +179,20 @@ def _long_video_flags(lv) -> None:
                          "model's K, 6 for Wan, when the video is longer than its training clips)")
     lv.add_argument("--freenoise", action="store_true",
                     help="FreeNoise: each window starts from the same noise frames, shuffled (smoother long videos)")
+    lv.add_argument("--extend", default=None, metavar="VIDEO",
+                    help="continue this video (a video file, .webp/.gif, or a folder of PNG frames) from its last "
+                         "--extend-overlap frames; the output holds its frames then the new ones (it is not changed)")
+    lv.add_argument("--extend-overlap", type=int, default=None, metavar="N",
+                    help="frames each new clip shares with what it continues (4n+1, default 5)")
+    lv.add_argument("--clips", type=int, default=1, metavar="N",
+                    help="chain N clips of --frames frames, each continuing the last (with --extend: N clips added "
+                         "to the video); a prompt 'a | b | c' gives clip i the i-th part")
+    lv.add_argument("--color-match", choices=COLOUR_MATCHES, default=None,
+                    help="match the new frames' colour to the overlap so joins do not drift (default mean-std)")
+    lv.add_argument("--extend-conditioning", choices=EXTEND_CONDITIONINGS, default="auto",
+                    help="how the model is told the overlap: auto (image conditioning for I2V models, the first "
+                         "frames for TI2V-5B, re-noised known frames for T2V), or svi (SVI 2.0 Pro LoRAs, Wan 2.2 "
+                         "I2V, chained --clips only)")
 
 
 def _memory_flags(mem) -> None:

@@ -79,6 +79,11 @@ class GenerateRequest:
     context_anchor: str
     freenoise: bool
     riflex: str
+    extend: str | None
+    extend_overlap: int | None
+    clips: int
+    color_match: str | None
+    extend_conditioning: str
     ulysses: int
     ring: int
     cfg_parallel: bool
@@ -120,6 +125,19 @@ class GenerateRequest:
                                           stride=self.context_stride, fuse=self.context_fuse,
                                           freenoise=self.freenoise, anchor=anchor)
 
+    @property
+    def chained(self) -> bool:
+        """--extend or --clips > 1: the run makes clips that continue a video (wan_core.extension)."""
+        return bool(self.extend) or self.clips > 1
+
+    def extension(self):
+        """--extend-overlap/--color-match/--extend-conditioning as a ``wan_core.extension.Extension`` (ValueError
+        when a value is bad)."""
+        from ..extension import DEFAULT_OVERLAP, Extension
+
+        return Extension(overlap=DEFAULT_OVERLAP if self.extend_overlap is None else self.extend_overlap,
+                         colour=self.color_match or "mean-std", conditioning=self.extend_conditioning)
+
     def nag_config(self):
         """--nag-scale/--nag-tau/--nag-alpha as a ``wan_core.sampling.nag.NAGConfig`` (ValueError when bad)."""
         from ..sampling.nag import NAGConfig
@@ -157,6 +175,8 @@ def resolve(args: argparse.Namespace) -> GenerateRequest:
         flags["ti2v_image"], flags["image"] = flags["image"], None
     if flags["image"] and flags["width"] is None and flags["height"] is None:
         flags["width"], flags["height"] = _image_size(flags["image"])
+    if flags["extend"]:
+        _video_defaults(flags)
     row = variants.for_files(experts=experts, image=bool(flags["image"]), latent_channels=channels)
     for key, value in sampling_defaults(flags["preset"], row).items():
         if flags[key] is None:
@@ -209,6 +229,21 @@ def _image_size(path: str) -> tuple[int | None, int | None]:
           f"aspect ratio at about 832x480, as the official I2V code picks; --width/--height to choose)",
           file=sys.stderr)
     return width, height
+
+
+def _video_defaults(flags: dict) -> None:
+    """--extend: the video's size and fps where --width/--height/--fps are unset (checks.extend_problems refuses
+    given values that differ); nothing for a video that cannot be read (the checks name the problem)."""
+    from .video_read import probe_video
+
+    try:
+        info = probe_video(flags["extend"])
+    except ValueError:
+        return
+    for key, value in (("width", info.width), ("height", info.height),
+                       ("fps", round(info.fps) if info.fps else None)):
+        if flags[key] is None and value is not None:
+            flags[key] = value
 
 
 def _vae_file(vae: str | None, models_dir: str | None, dit_channels: int | None) -> str | None:
