@@ -13,6 +13,10 @@ from .video_io import _FRAME_RE, ANIMATED_FORMATS, VIDEO_FORMATS
 MAX_BYTES = 8 << 30  # frames held in memory as uint8: a bound on what one --extend can make the tool read
 
 
+class _Refused(ValueError):
+    """Our own one-line refusal (PyAV's errors are ValueErrors too, with the codec's wording)."""
+
+
 @dataclass(frozen=True)
 class VideoInfo:
     frames: int
@@ -32,7 +36,7 @@ def probe_video(path: str | Path) -> VideoInfo:
         raise ValueError(f"{p}: no such video file or frame folder")
     try:
         info = _probe(p)
-    except ValueError:
+    except _Refused:
         raise
     except Exception as e:  # a codec's or Pillow's own error: the file is not a video we can read
         raise ValueError(f"{p}: not a readable video ({type(e).__name__}: {str(e)[:120]})") from None
@@ -48,7 +52,7 @@ def _probe(p: Path) -> VideoInfo:
     if p.is_dir():
         files = _frame_files(p)
         if not files:
-            raise ValueError(f"{p}: a folder without frame_00000.png ... files")
+            raise _Refused(f"{p}: a folder without frame_00000.png ... files")
         from PIL import Image
 
         with Image.open(files[0]) as im:
@@ -70,7 +74,7 @@ def _probe(p: Path) -> VideoInfo:
             duration = im.info.get("duration") or 0
             return VideoInfo(getattr(im, "n_frames", 1), im.width, im.height,
                              1000.0 / duration if duration else None)
-    raise ValueError(f"{p}: unknown video extension {ext!r}; use {'/'.join(VIDEO_FORMATS + ANIMATED_FORMATS)} or a "
+    raise _Refused(f"{p}: unknown video extension {ext!r}; use {'/'.join(VIDEO_FORMATS + ANIMATED_FORMATS)} or a "
                      f"folder of PNG frames")
 
 
