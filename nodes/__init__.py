@@ -4,15 +4,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import (cache, conditioning, context, host, i2v, latent, lora, models, native, parallel, prompt_rewrite, sampler,
-               vae, wan22)
+from . import (cache, conditioning, context, extend, host, i2v, latent, lora, models, native, parallel, prompt_rewrite,
+               sampler, vae, wan22)
 from .declare import NodeSpec, use_client_text, v1_class, v3_class
 
 use_client_text(host.client_message)  # node errors reach API clients with model paths as <folder>/<file>
 
 NODE_SPECS: tuple[NodeSpec, ...] = (
     *models.NODES, *conditioning.NODES, *prompt_rewrite.NODES, *latent.NODES, *sampler.NODES, *cache.NODES,
-    *context.NODES, *vae.NODES, *native.NODES, *lora.NODES, *i2v.NODES, *parallel.NODES, *wan22.NODES,
+    *context.NODES, *extend.NODES, *vae.NODES, *native.NODES, *lora.NODES, *i2v.NODES, *parallel.NODES, *wan22.NODES,
 )
 
 LOG = logging.getLogger("WanCore")

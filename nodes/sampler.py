@@ -40,7 +40,7 @@ def _preview(x0: torch.Tensor):
 
 def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS, guidance: float = WAN21.guidance,
            shift: float = WAN21.shift, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0,
-           cache=None, image_cond=None, context=None):
+           cache=None, image_cond=None, context=None, extend=None, riflex: str = "off"):
     check_models(model)
     first_frame = first_frame_of(latent)  # TI2V-5B image-to-video (WanCoreImageToVideoLatent22 / native)
     # Values matter only when sampling starts from the latent (denoise < 1); otherwise only its shape is used.
@@ -53,7 +53,8 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS,
     sigmas = tuple(distill_sigmas(steps, shift)) if schedule == DISTILL else None
     cfg = GenerationConfig(width=w * sf, height=h * sf, frames=(t - 1) * 4 + 1, steps=steps, guidance=guidance,
                            shift=shift, solver=cast(Solver, solver), seed=seed, sigmas=sigmas, denoise=denoise,
-                           convention="custom" if sigmas else SCHEDULES[schedule], context=context)
+                           convention="custom" if sigmas else SCHEDULES[schedule], context=context,
+                           riflex=_riflex_setting(riflex))
     cfg.validate()  # the solver name came from a client: refused here unless it is one of SOLVER_NAMES
     cond = embeds["cond"] * b if len(embeds["cond"]) == 1 else embeds["cond"]
     uncond = embeds["uncond"] * b if len(embeds["uncond"]) == 1 else embeds["uncond"]
@@ -70,6 +71,7 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS,
         raise ValueError("denoise < 1 needs a latent to start from (e.g. from WanCore VAE Encode), not an empty one")
     if first_frame is not None:
         start = None
+    head = _extension_inputs(extend, image_cond, first_frame, cfg)
     guidances = [model.guidance_for(name, guidance) if name else guidance for name, _ in experts(model)]
     callback, bar = host.progress_callback(steps, "sampling", preview=_preview)
     with host.on_device(model) as dit, torch.inference_mode(), bar:
@@ -82,10 +84,32 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS,
             out = pipe.sample_latents([c.to(device) for c in cond],
                                       [u.to(device) for u in uncond] if any(g != 1.0 for g in guidances) else None,
                                       cfg, latent=start, callback=callback, interrupt=_interrupt, cache=cache,
-                                      image=image_cond, first_frame=first_frame)
+                                      **({"image": image_cond, "first_frame": first_frame} | head))
     # one progress text (a second would replace it): the context note, then "cache <method>: <computed>/<total> ..."
     host.show_text("\n".join([*context_note(context, t), pipe.cache_report.text()]))
     return ({"samples": out.to(host.intermediate_device()), "downscale_ratio_spacial": sf},)
+
+
+RIFLEX_CHOICES = ("off", "auto", *(str(k) for k in range(1, 23)))  # K within head_dim 128's temporal RoPE
+
+
+def _riflex_setting(value: str) -> str | int:
+    """The widget's text as ``GenerationConfig.riflex`` ("off", "auto" or K)."""
+    return int(value) if isinstance(value, str) and value.isdigit() else value
+
+
+def _extension_inputs(extend, image_cond, first_frame, cfg: GenerationConfig) -> dict:
+    """What a connected WanCore Extend Video gives ``sample_latents`` (its head, in the model's form)."""
+    if extend is None:
+        return {}
+    continuation = getattr(extend, "continuation", None)
+    if continuation is None:
+        raise ValueError("extend: connect the 'extension' output of WanCore Extend Video")
+    if image_cond is not None or first_frame is not None:
+        raise ValueError("extend: the extension brings the clip's conditioning; disconnect image_cond (and use "
+                         "Extend Video's latent output, not a first-frame latent)")
+    frames = cfg.latent_shape[2]
+    return continuation.sample_inputs(cfg.context is not None and not cfg.context.covers(frames))
 
 
 def context_note(context: ContextWindows | None, latent_frames: int) -> list[str]:
@@ -146,6 +170,12 @@ SAMPLER = NodeSpec(
         Input("context", "WANCORE_CONTEXT", optional=True,
               tooltip="long videos: a WanCore Context Windows node (overlapping windows, each cached on its own); "
                       "unconnected = the whole video at once"),
+        Input("extend", "WANCORE_EXTENSION", optional=True,
+              tooltip="continue a video: WanCore Extend Video (its latent output goes to latent)"),
+        Input("riflex", "COMBO", default="off", options=RIFLEX_CHOICES, optional=True,
+              tooltip="RIFLEx for videos longer than the model's training clips: auto lowers the temporal RoPE "
+                      "component the model repeats on (K 6 for Wan) so one period covers the video; off = as "
+                      "trained"),
     ),
     outputs=(Output("LATENT", "latent"),),
     fn=sample,

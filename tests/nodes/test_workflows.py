@@ -31,6 +31,7 @@ NAMES += ("t2v_multi_gpu",)  # WanCoreContextParallel: runs on a 2-process CPU p
 NAMES += ("t2v_wan22_a14b", "ti2v_wan22_5b")  # Wan 2.2: WanCoreMoE, TI2V-5B first-frame latent (docs/wan22.md)
 NAMES += ("i2v_wan22_a14b",)  # Wan 2.2 I2V-A14B: WanCoreMoE of two 36-channel experts, WanCoreImageToVideo, no CLIP
 NAMES += ("t2v_long_windows",)  # WanCoreContextWindows on the demo model (docs/long_video.md)
+NAMES += ("extend_video",)  # WanCoreExtendVideo + Join Latents on the demo model (docs/long_video.md section 3)
 # Graphs on ComfyUI's native MODEL (UNETLoader, KSampler): run end to end by tests/nodes/test_native_comfy.py
 NATIVE_MODEL = ("native_t2v_fast",)
 # Core ComfyUI node ids the workflows may use (read from ComfyUI 0.33's nodes.py / comfy_extras).
@@ -408,6 +409,7 @@ TINY = {
     "WanCoreSampler": {"steps": 2},
     "WanCoreImageToVideo": {"width": 64, "height": 48, "frames": 5},
     "WanCoreImageToVideoLatent22": {"width": 64, "height": 32, "frames": 5},  # multiples of 32 (Wan 2.2 VAE)
+    "WanCoreExtendVideo": {"frames": 9},  # extend_video: 2 latent frames continued by 3 (anchor + 1 + 1 new)
 }
 TINY_LONG = {"width": 96, "height": 48, "frames": 9}  # t2v_long_tiled: wide enough for two tiles
 TINY_TILE = {"tile_size": 64, "overlap": 16}  # the smallest declared tile: 2 x 1 tiles on a 96x48 frame
@@ -500,7 +502,7 @@ def test_api_workflow_runs_end_to_end(name, pack, catalog, build, tiny_models_di
             if i.is_widget and i.name in node["inputs"]:
                 assert not value_problems(node["class_type"], i, node["inputs"][i.name], build)
     frames, height, width = {"t2v_long_tiled": (9, 48, 96), "ti2v_wan22_5b": (5, 32, 64),
-                             "t2v_long_windows": (33, 48, 64)}.get(name, (5, 48, 64))
+                             "t2v_long_windows": (33, 48, 64), "extend_video": (9, 48, 64)}.get(name, (5, 48, 64))
     records: dict = {}
     try:
         run_api_workflow(api, pack, _stand_ins(pack, records))
@@ -509,7 +511,8 @@ def test_api_workflow_runs_end_to_end(name, pack, catalog, build, tiny_models_di
 
         shutdown_pools()  # t2v_multi_gpu started a worker pool: its process group must not outlive the test
     saved = records["save_video"]["video"]
-    assert saved["fps"] == {"t2v_demo": 8.0, "t2v_long_windows": 8.0, "ti2v_wan22_5b": 24.0}.get(name, 16.0)
+    assert saved["fps"] == {"t2v_demo": 8.0, "t2v_long_windows": 8.0, "extend_video": 8.0,
+                            "ti2v_wan22_5b": 24.0}.get(name, 16.0)
     images = saved["images"]
     assert images.shape == (frames, height, width, 3) and images.dtype == torch.float32
     assert torch.isfinite(images).all() and 0.0 <= images.min() and images.max() <= 1.0

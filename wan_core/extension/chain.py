@@ -62,7 +62,7 @@ def run_chain(pipe, cfg, clips: int, extension: Extension, encode: Callable[[int
         if chain is not None:
             cont = from_latent(pipe.dit, chain, cfg.frames, extension, windowed=windowed, clip_tokens=clip_tokens)
         cond, uncond = encode(i)
-        inputs = cont.sample_inputs() if cont is not None else dict(first_inputs or {})
+        inputs = cont.sample_inputs(windowed) if cont is not None else dict(first_inputs or {})
         latents = pipe.sample_latents(cond, uncond, cfg.replace(seed=clip_seed(cfg.seed, i)), interrupt=interrupt,
                                       **{**sample_kwargs, **inputs})
         if cont is not None:

@@ -36,11 +36,13 @@ class Continuation:
     source: Source
     extension: Extension
 
-    def sample_inputs(self) -> dict:
-        """The keyword arguments of ``WanPipeline.sample_latents`` that carry the head."""
+    def sample_inputs(self, windowed: bool = False) -> dict:
+        """The keyword arguments of ``WanPipeline.sample_latents`` that carry the head. ``windowed``: the clip is
+        sampled in context windows, where TI2V-5B's several-frame first-frame latent cannot go (a window starting
+        later would hold the head at the wrong positions): the same latents go in as known frames instead."""
         if self.method in ("image", "svi"):
             return {"image": self.image}
-        if self.method == "first_frame":
+        if self.method == "first_frame" and not windowed:
             return {"first_frame": self.head}
         return {"known": self.head}
 
