@@ -156,3 +156,47 @@ def test_chain_from_text_and_from_pixels_on_a_tiny_model():
         assert ext.video.shape[2] == 9 + 13 - 5 and torch.equal(ext.video[:, :, :9], previous)
         with pytest.raises(ValueError, match="clips=0"):
             run_chain(pipe, cfg, 0, Extension(), lambda i: embeds)
+
+
+def _i2v_dit():
+    from wan_core.config import DiTConfig
+    from wan_core.dit.model import WanDiT
+
+    torch.manual_seed(0)
+    dit = WanDiT(DiTConfig(dim=64, ffn_dim=128, num_heads=2, num_layers=2, text_dim=32, in_dim=36))  # Wan 2.2 I2V
+    with torch.no_grad():
+        for p in dit.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return dit.eval()
+
+
+def test_one_frame_head_is_the_official_start_image_conditioning():
+    from wan_core.i2v import image_condition
+
+    _, vae, _ = tiny_random_models(seed=0)
+    image = torch.rand(1, 32, 32, 3)
+    with torch.inference_mode():
+        official = image_condition(vae, image, 32, 32, 13)
+        ours = pixel_head_condition(vae, image.permute(0, 3, 1, 2)[:, :, None] * 2 - 1, 13)
+    torch.testing.assert_close(ours.image_latent, official.image_latent, atol=1e-6, rtol=0)
+
+
+def test_image_to_video_models_continue_through_their_conditioning():
+    dit = _i2v_dit()
+    _, vae, _ = tiny_random_models(seed=0)
+    pipe = WanPipeline(dit, vae, None)
+    cond = [torch.randn(5, 32)]
+    cfg = GenerationConfig(width=32, height=32, frames=13, steps=2, guidance=1.0)
+    previous = torch.rand(1, 3, 9, 32, 32) * 2 - 1
+    with torch.inference_mode():
+        cont = from_pixels(vae, dit, previous, 13, Extension(overlap=5))
+        assert cont.method == "image" and cont.image.image_latent[0, :4, :, 0, 0].tolist() == [[1, 1, 0, 0]] * 4
+        out = pipe.sample_latents(cond, None, cfg, **cont.sample_inputs())
+        assert out.shape == (1, 16, 4, 4, 4) and torch.isfinite(out).all()
+        chain = torch.randn(1, 16, 4, 4, 4)
+        svi = from_latent(dit, chain, 13, Extension(overlap=5, conditioning="svi"))
+        assert svi.method == "svi" and svi.image.image_latent[0, 0, :, 0, 0].tolist() == [1, 0, 0, 0]
+        torch.testing.assert_close(svi.image.image_latent[:, 4:, :2], latent_format.to_model(svi.head))
+        assert torch.isfinite(pipe.sample_latents(cond, None, cfg, **svi.sample_inputs())).all()
+    with pytest.raises(ValueError, match="for text-to-video models"):
+        Extension(conditioning="replace").method(dit)
