@@ -251,6 +251,9 @@ def _start_latents(cfg: GenerationConfig, schedule: Any, shape: tuple[int, ...],
     z0 = None
     if first_frame is not None:
         check_first_frame(first_frame, shape, "first_frame", max_frames=shape[2] - 1)
+        if first_frame.shape[2] > 1 and cfg.context is not None and not cfg.context.covers(shape[2]):
+            raise ValueError("a first-frame latent of several frames (a TI2V-5B clip extension) does not combine "
+                             "with context windows; continue with known frames instead (wan_core.extension)")
         z0 = latent_format.to_model(first_frame.to(device, torch.float32))
     return x, z0
 
@@ -335,8 +338,7 @@ class WanPipeline:
         step_hooks: Sequence[Any] = (),
         cache: Any = None,
         image: ImageCondition | None = None,
-        first_frame: torch.Tensor | None = None,
-        known: torch.Tensor | None = None,
+        first_frame: torch.Tensor | None = None, known: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Sample raw VAE latents ``[B, 16, F, H/8, W/8]``.
 
@@ -350,8 +352,8 @@ class WanPipeline:
         ``first_frame``: Wan 2.2 TI2V-5B image-to-video, the start image's raw latent ``[1 or B, 48, 1, h, w]``
         (``vae.encode`` of one frame): it replaces latent frame 0 at timestep 0 (docs/wan22.md section 2); a latent
         of K frames holds the first K so (a clip extension on TI2V-5B; not with context windows).
-        ``known``: raw latents ``[1 or B, C, K, h, w]`` of the clip's first K latent frames, given (a clip extension
-        on a text-to-video model, ``wan_core.extension``): re-noised to every step's sigma, exact at the end.
+        ``known``: raw latents ``[1 or B, C, K, h, w]``, the given first K latent frames of a clip extension
+        (``wan_core.extension``; text-to-video models), re-noised to every step's sigma.
         """
         check_models(self.dit, self.vae)
         check_embeddings(cond, "prompt embedding", self.dit)
@@ -368,19 +370,13 @@ class WanPipeline:
         device = self.dit.device if self.dit is not None else torch.device("cpu")
         x, z0 = _start_latents(cfg, schedule, shape, device, latent, first_frame, self.dit, self.vae)
         windowed = cfg.context is not None and not cfg.context.covers(shape[2])
-        if z0 is not None and z0.shape[2] > 1 and windowed:
-            raise ValueError("a first-frame latent of several frames (a TI2V-5B clip extension) does not combine with "
-                             "context windows; continue with known frames instead (wan_core.extension)")
         guide, attached, expert_guide, reports = self._velocity(cond, uncond, cfg, cache, sessions, schedule, image,
                                                                 device, z0, shape[2], interrupt)
         head = _known_head(known, cfg, shape, x, self.dit, self.vae)
         if head is not None:
             guide = KnownFramesGuidance(guide, *head)
-        hooks = list(step_hooks)
-        for _, expert in experts(self.dit):
-            attention = getattr(expert, "attention", None)
-            if attention is not None and hasattr(attention, "begin_step"):
-                hooks.append(attention)
+        hooks = list(step_hooks) + [a for _, e in experts(self.dit)
+                                    if hasattr(a := getattr(e, "attention", None), "begin_step")]
         riflex = _riflex_for(self.dit, cfg, cfg.context.length if windowed and cfg.context else shape[2])
         with attached, riflex:
             x = sample(guide, x, schedule, cfg.solver, callback=callback, interrupt=interrupt, step_hooks=hooks)
@@ -388,14 +384,17 @@ class WanPipeline:
             x = FirstFrameGuidance(None, z0, tuple(self.dit.config.patch_size)).conditioned(x)
         if isinstance(guide, KnownFramesGuidance):
             x = guide.finish(x)
-        if reports is not None:
-            self.cache_report = WindowCacheReport(reports())
-        elif is_moe(self.dit):
-            self.cache_report = MoECacheReport({n: s.report for n, s in sessions.items()})
-        else:
-            self.cache_report = sessions[""].report
+        self.cache_report = self._cache_report(reports, sessions)
         self.moe_steps = list(expert_guide.steps) if is_moe(self.dit) else None  # expert per step ("high"/"low")
         return latent_format.from_model(x)
+
+    def _cache_report(self, reports, sessions: dict[str, Any]):
+        """What the run's caches computed and skipped: per window, per expert, or the one session's."""
+        if reports is not None:
+            return WindowCacheReport(reports())
+        if is_moe(self.dit):
+            return MoECacheReport({n: s.report for n, s in sessions.items()})
+        return sessions[""].report
 
     def _velocity(self, cond, uncond, cfg: GenerationConfig, cache: Any, sessions: dict[str, Any], schedule: Any,
                   image: ImageCondition | None, device: torch.device, z0: torch.Tensor | None, frames: int,
