@@ -104,11 +104,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--only", nargs="*", default=None, help="names of settings to run (substrings)")
     args = ap.parse_args()
     pairs = [(p, s) for p, s in D.held_out(1) if len(D.parse_caption(p)) == 1][: args.prompts]
     pipe = WanPipeline(*load_demo_models())
     results = {}
-    for name, make in SETTINGS.items():
+    chosen = {n: m for n, m in SETTINGS.items() if not args.only or any(o in n for o in args.only)}
+    for name, make in chosen.items():
         t0, follows, rows = time.perf_counter(), [], []
         with torch.inference_mode():
             for prompt, seed in pairs:

@@ -200,3 +200,32 @@ def test_image_to_video_models_continue_through_their_conditioning():
         assert torch.isfinite(pipe.sample_latents(cond, None, cfg, **svi.sample_inputs())).all()
     with pytest.raises(ValueError, match="for text-to-video models"):
         Extension(conditioning="replace").method(dit)
+
+
+def test_ti2v_continues_with_its_first_frame_latent_and_windows_with_known_frames():
+    """TI2V-5B: the head (2 latent frames) held clean at timestep 0 on its tokens; under context windows the same
+    latents go in as known frames; either way the clip starts with the head itself."""
+    from wan_core.config import DiTConfig
+    from wan_core.dit.model import WanDiT
+    from wan_core.sampling.context_windows import ContextWindows
+    from wan_core.vae import TINY_VAE22, WanVAE
+    from wan_core.demo import random_vae_model
+
+    torch.manual_seed(0)
+    dit = WanDiT(DiTConfig(dim=64, ffn_dim=128, num_heads=2, num_layers=2, text_dim=32, in_dim=48, out_dim=48)).eval()
+    vae = WanVAE(random_vae_model(TINY_VAE22, 1))
+    pipe = WanPipeline(dit, vae)
+    cond = [torch.randn(4, 32)]
+    cfg = GenerationConfig(width=64, height=32, frames=17, steps=2, guidance=1.0)
+    with torch.inference_mode():
+        cont = from_pixels(vae, dit, torch.rand(1, 3, 9, 32, 64) * 2 - 1, 17, Extension(overlap=5))
+        assert cont.method == "first_frame" and cont.head.shape == (1, 48, 2, 2, 4)
+        out = pipe.sample_latents(cond, None, cfg, **cont.sample_inputs())
+        torch.testing.assert_close(out[:, :, :2], cont.head, atol=1e-5, rtol=0)
+        windows = cfg.replace(context=ContextWindows.from_frames(9, 4))
+        with pytest.raises(ValueError, match="does not combine with context windows"):
+            pipe.sample_latents(cond, None, windows, first_frame=cont.head)
+        inputs = cont.sample_inputs(windowed=True)
+        assert set(inputs) == {"known"}
+        out = pipe.sample_latents(cond, None, windows, **inputs)
+        torch.testing.assert_close(out[:, :, :2], cont.head, atol=1e-5, rtol=0)
