@@ -432,7 +432,8 @@ class WanPipeline:
                 raise SamplingInterrupted(step, total)
 
         assert cfg.context is not None  # sample_latents calls this with windows only
-        guide = WindowedGuidance(cfg.context, frames, make_guide, interrupt=stop)
+        guide = WindowedGuidance(cfg.context, frames, make_guide, interrupt=stop,
+                                 spread=getattr(self.dit, "window_spread", None))  # windows across ranks
         return guide, finishing(), lambda: dict(windows)
 
     def decode(self, latents: torch.Tensor, tiling: str = "auto", tile=None, overlap=None,
