@@ -1,4 +1,4 @@
-"""Context windows across ranks (docs/parallel.md, "Context windows across ranks"): the assignment of windows to
+"""Context windows across ranks (docs/parallel.md section 11): the assignment of windows to
 ranks, the windowed guidance with a stand-in spread in one process, the degrees, and (slow suite) spawned gloo
 groups where the spread windows equal the same windows sampled one after another."""
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Context windows across ranks: the windows of a step are independent, so the window ranks (model replicas,
-``ParallelConfig.windows``) each sample their share and exchange the per-window velocities (docs/parallel.md,
-"Context windows across ranks").
+"""Context windows across ranks: each window rank samples its share of a step's windows, all gather them.
+
+The windows of a step are independent, so the window ranks (model replicas, ``ParallelConfig.windows``) each
+sample their share and exchange the per-window velocities (docs/parallel.md section 11).
 
 Why an all-gather of the velocities and not an all-reduce of weighted sums: after the gather every rank holds
 every window's velocity bit for bit (a gather copies) and fuses them in the window order of the sequential loop,

@@ -1,5 +1,5 @@
 """Which rank samples which context window of a step, when the windows are spread over several model replicas
-(docs/parallel.md, "Context windows across ranks").
+(docs/parallel.md section 11).
 
 A window keeps the rank it got when it first appeared (its key is its tuple of frame indices), so its cache
 sessions live on one rank for the whole run and take the same decisions as in a sequential run; a window seen
