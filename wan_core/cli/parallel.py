@@ -1,5 +1,5 @@
 """``wan_core generate`` under torchrun: ``--ulysses U --ring R [--cfg-parallel] [--window-parallel W]``
-(docs/parallel.md sections 7 and 10).
+(docs/parallel.md sections 7 and 11).
 
 Every rank runs the same command (text encoding, sampling, decoding) with the same seed; the DiT's block stack
 is split over the ranks, so every rank ends with the same latents. Only rank 0 prints progress and writes the
