@@ -433,6 +433,7 @@ class WanPipeline:
         makes its own sessions active on the model around its forwards) and a function listing their reports."""
         windows: dict[tuple[int, ...], Any] = {}
         started: list[Any] = []  # every window's sessions, finished once when the run ends
+        text_kv: dict[str, Any] = {}  # per expert: the prompt's text K/V, one copy for all windows (not one each)
 
         @contextlib.contextmanager
         def finishing():
@@ -446,6 +447,9 @@ class WanPipeline:
             sessions = {name: start_session(cache, expert, schedule.num_steps,
                                             _guidance_of(self.dit, name, cfg.guidance))
                         for name, expert in experts(self.dit)}
+            for name, session in sessions.items():  # prompt-only state: shared, memory flat in the window count
+                if session.text_kv is not None:
+                    session.text_kv = text_kv.setdefault(name, session.text_kv)
             part = None if image is None else dataclasses.replace(
                 image, image_latent=image.image_latent[:, :, list(window)])
             guide, _ = self._guide(cond, uncond, cfg, sessions, schedule, part, device)
@@ -462,7 +466,8 @@ class WanPipeline:
                 raise SamplingInterrupted(step, total)
 
         assert cfg.context is not None  # sample_latents calls this with windows only
-        guide = WindowedGuidance(cfg.context, frames, make_guide, interrupt=stop)
+        guide = WindowedGuidance(cfg.context, frames, make_guide, interrupt=stop,
+                                 spread=getattr(self.dit, "window_spread", None))  # windows across ranks
         return guide, finishing(), lambda: dict(windows)
 
     def decode(self, latents: torch.Tensor, tiling: str = "auto", tile=None, overlap=None,

@@ -186,3 +186,99 @@ def load_dying_dit(path: str, after: int = 4, **kwargs):
 
     block.register_forward_pre_hook(pre_hook)
     return dit
+
+
+WINDOW_LAYOUTS = {"windows2": (ParallelConfig(windows=2), None),
+                  "windows2_ulysses2": (ParallelConfig(ulysses=2, windows=2), ParallelConfig(ulysses=2))}
+
+
+def window_cases():
+    """Context windows over 9 latent frames (33 real): static (3 windows), uniform with stride 2 (windows that
+    slide and dilate, different counts per step), and static with a cache that reuses."""
+    from wan_core.cache import CacheConfig
+    from wan_core.sampling.context_windows import ContextWindows
+
+    return {"static": (ContextWindows.from_frames(17, 8), "off"),
+            "uniform": (ContextWindows.from_frames(13, 4, schedule="uniform", stride=2), "off"),
+            "static_cache": (ContextWindows.from_frames(17, 8),
+                             CacheConfig.preset("easycache", threshold=1.0, start=0.0, end=1.0))}
+
+
+def windows(rank: int, world: int, names: tuple[str, ...] = ("windows2",)) -> dict[str, float]:
+    """Context windows spread over the window ranks vs the same windows sampled one after another (by the plain
+    model, or for a layout with Ulysses inside each window rank by one Ulysses replica): the latents, and each
+    window's cache decisions on the rank that owns it."""
+    from wan_core.pipeline import GenerationConfig, WanPipeline
+
+    model = tiny_dit()
+    _, _, ctx = dit_inputs(2)
+    base = GenerationConfig(width=48, height=32, frames=33, steps=5, guidance=5.0, seed=3)
+    out: dict[str, float] = {}
+    with torch.inference_mode():
+        for name in names:
+            spread_config, replica_config = WINDOW_LAYOUTS[name]
+            par = context_parallel(model, build_groups(spread_config))
+            seq_model = model if replica_config is None else context_parallel(model, build_groups(replica_config))
+            for case, (context, cache) in window_cases().items():
+                cfg = base.replace(context=context)
+                seq = WanPipeline(dit=seq_model)
+                ref = seq.sample_latents([ctx[0]], [ctx[1]], cfg, cache=cache)
+                pipe = WanPipeline(dit=par)
+                got = pipe.sample_latents([ctx[0]], [ctx[1]], cfg, cache=cache)
+                tag = f"windows_{name}_{case}"
+                out[tag] = (got - ref).abs().max().item()
+                mine, everyone = pipe.cache_report.reports, seq.cache_report.reports
+                out[f"count_{tag}_rank{rank}"] = float(len(mine))
+                out[f"count_{tag}_sequential"] = float(len(everyone))
+                differ = [w for w in mine if w not in everyone or mine[w].status != everyone[w].status]
+                out[f"count_{tag}_decisions_differ"] = float(len(differ))
+                out[f"count_{tag}_reused"] = float(seq.cache_report.total - seq.cache_report.computed)
+            if replica_config is None:  # control: the windows change the result (the check is not vacuous)
+                plain = WanPipeline(dit=model).sample_latents([ctx[0]], [ctx[1]], base)
+                out[f"control_{name}_windows_vs_plain"] = (plain - ref).abs().max().item()
+            if replica_config is not None:  # and the single-process model, to the fp32 tolerance of Ulysses
+                cfg = base.replace(context=window_cases()["static"][0])
+                ref = WanPipeline(dit=model).sample_latents([ctx[0]], [ctx[1]], cfg)
+                got = WanPipeline(dit=par).sample_latents([ctx[0]], [ctx[1]], cfg)
+                out[f"sampling_{name}_vs_one_process"] = (got - ref).abs().max().item()
+    return out
+
+
+def fuse_orders(rank: int, world: int) -> dict[str, float]:
+    """The two ways to combine windows across ranks on the same random velocities (7 windows of 5 frames over 13,
+    pyramid weights): an all-gather fused in window order on every rank, and an all-reduce of each rank's weighted
+    partial sums. Returns each one's largest difference from the sequential fuse (docs/parallel.md)."""
+    import torch.distributed as dist
+
+    from wan_core.sampling.context_windows import ContextWindows
+
+    cw = ContextWindows(5, 2)
+    frames = 13
+    wins = cw.windows(frames)
+    gen = torch.Generator().manual_seed(11)
+    vs = [torch.randn(1, 16, len(w), 8, 8, generator=gen) for w in wins]
+
+    def fuse(parts):
+        total, weight = torch.zeros(1, 16, frames, 8, 8), torch.zeros(frames)
+        for i, v in parts:
+            wt = cw.weights(wins[i], frames)
+            total.index_add_(2, torch.tensor(wins[i]), v * wt.view(1, 1, -1, 1, 1))
+            weight.index_add_(0, torch.tensor(wins[i]), wt)
+        return total, weight
+
+    total, weight = fuse(list(enumerate(vs)))
+    ref = total / weight.view(1, 1, -1, 1, 1)
+    gathered = [torch.empty_like(torch.stack(vs)) for _ in range(world)]
+    dist.all_gather(gathered, torch.stack(vs))  # every rank sends all: the order of the fuse is what matters
+    total, weight = fuse([(i, gathered[i % world][i]) for i in range(len(wins))])
+    out = {"fuse_allgather": (total / weight.view(1, 1, -1, 1, 1) - ref).abs().max().item()}
+    total, weight = fuse([(i, vs[i]) for i in range(rank, len(wins), world)])
+    dist.all_reduce(total)
+    dist.all_reduce(weight)
+    out["fuse_allreduce"] = (total / weight.view(1, 1, -1, 1, 1) - ref).abs().max().item()
+    return out
+
+
+def windows_and_fuses(rank: int, world: int, names: tuple[str, ...]) -> dict[str, float]:
+    """:func:`windows` and :func:`fuse_orders` in one spawned group."""
+    return {**windows(rank, world, names), **fuse_orders(rank, world)}

@@ -1,4 +1,5 @@
-"""``wan_core generate`` under torchrun: ``--ulysses U --ring R [--cfg-parallel]`` (docs/parallel.md section 7).
+"""``wan_core generate`` under torchrun: ``--ulysses U --ring R [--cfg-parallel] [--window-parallel W]``
+(docs/parallel.md sections 7 and 11).
 
 Every rank runs the same command (text encoding, sampling, decoding) with the same seed; the DiT's block stack
 is split over the ranks, so every rank ends with the same latents. Only rank 0 prints progress and writes the
@@ -26,6 +27,9 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--ring", type=int, default=1, help="Ring attention degree (K/V passed around the ring)")
     group.add_argument("--cfg-parallel", action="store_true",
                        help="cond and uncond on different ranks (ulysses x ring x 2 processes)")
+    group.add_argument("--window-parallel", type=int, default=1, metavar="W",
+                       help="with --context-frames: the windows of each step spread over W model replicas of "
+                            "ulysses x ring x cfg processes each (W x ulysses x ring x cfg processes)")
     group.add_argument("--fsdp", action="store_true",
                        help="shard the DiT blocks' weights over the ranks (FSDP2; each rank holds 1/N)")
 
@@ -33,7 +37,7 @@ def add_arguments(parser: Any) -> None:
 def config_of(request: "GenerateRequest") -> "ParallelConfig":
     from ..parallel.groups import ParallelConfig
 
-    return ParallelConfig(request.ulysses, request.ring, 2 if request.cfg_parallel else 1)
+    return ParallelConfig(request.ulysses, request.ring, 2 if request.cfg_parallel else 1, request.window_parallel)
 
 
 def problems(request: "GenerateRequest") -> list[str]:
@@ -43,18 +47,44 @@ def problems(request: "GenerateRequest") -> list[str]:
     try:
         config = config_of(request)
     except ValueError as e:
-        return [str(e)]
+        return [str(e).replace("windows degree", "--window-parallel")]
+    if config.windows > 1:
+        found = window_problems(request, config.windows)
+        if found:
+            return found
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1 and request.fsdp:
         return ["--fsdp shards the DiT over torchrun's processes: run torchrun --nproc-per-node N -m wan_core ..."]
     if world == 1 and config.world_size > 1:
-        return [f"--ulysses/--ring/--cfg-parallel ({config.describe()}) need {config.world_size} processes: run "
-                f"torchrun --nproc-per-node {config.world_size} -m wan_core generate ..."]
+        return [f"--ulysses/--ring/--cfg-parallel/--window-parallel ({config.describe()}) need {config.world_size} "
+                f"processes: run torchrun --nproc-per-node {config.world_size} -m wan_core generate ..."]
     if world > 1 and not (request.fsdp and config.world_size == 1):  # --fsdp alone: any N
         try:
             check_degrees(config, world, 120)  # the head count is checked once the DiT is loaded
         except ValueError as e:
             return [str(e).replace("devices", "torchrun processes")]
+    return []
+
+
+def window_problems(request: "GenerateRequest", degree: int) -> list[str]:
+    """--window-parallel W: needs context windows (--context-frames), at least W of them in a step, no --fsdp
+    (window ranks run different numbers of windows, FSDP's collectives need every rank in every block)."""
+    if request.context_frames is None:
+        return [f"--window-parallel {degree} spreads context windows over ranks: it needs --context-frames"]
+    if request.fsdp:
+        return ["--window-parallel and --fsdp do not combine (window ranks run different windows); drop --fsdp"]
+    try:
+        windows = request.context_windows()
+    except ValueError:
+        return []  # named by the --context-* checks
+    from ..sampling.context_windows import latent_length
+
+    if windows is None or not isinstance(request.frames, int):
+        return []
+    count = len(windows.windows(latent_length(request.frames), 0))
+    if count < degree:
+        return [f"--window-parallel {degree}: the video has {count} context window{'s' if count > 1 else ''} per "
+                f"step ({request.frames} frames, --context-frames {request.context_frames}); use at most {count}"]
     return []
 
 

@@ -99,6 +99,7 @@ class GenerateRequest:
     ti2v_image: str | None = None  # --image of a TI2V-5B DiT: its first frame, not Wan 2.1 I2V conditioning
     dit_file: str | None = None
     vae_file: str | None = None
+    window_parallel: int = 1  # --window-parallel: context windows of a step spread over this many model replicas
 
     @property
     def experts(self) -> bool:

@@ -24,6 +24,7 @@ from ..attention.dispatch import AttentionCall, AttentionDispatch, get_backend, 
 from ..lora.stack import lora_state
 from .attention import usp_attention
 from .groups import ParallelGroups, check_degrees, padded_length
+from .windows import WindowSpread
 
 
 class ContextParallelDispatch(AttentionDispatch):
@@ -83,6 +84,7 @@ class ContextParallelMixin:
 
     parallel_groups: ParallelGroups
     attention: ContextParallelDispatch
+    window_spread: WindowSpread | None
 
     @property
     def wants_batched_cfg(self) -> bool:
@@ -138,7 +140,9 @@ _CLASSES: dict[type, type] = {}
 
 def context_parallel(dit: Any, groups: ParallelGroups) -> Any:
     """A context-parallel view of ``dit`` (shares its parameters): call it exactly like the model, on every
-    rank of ``groups`` with the same inputs; every rank returns the full output.
+    rank of ``groups`` with the same inputs; every rank returns the full output. With ``windows`` > 1 the
+    view carries ``window_spread``, which the pipeline hands to its context windows: each window rank (a whole
+    model replica) then samples its share of each step's windows.
 
     Ulysses needs the head count divisible by the Ulysses degree (checked here)."""
     heads = int(dit.config.num_heads)
@@ -155,4 +159,5 @@ def context_parallel(dit: Any, groups: ParallelGroups) -> Any:
     par.__class__ = cls
     par.parallel_groups = groups
     par.attention = ContextParallelDispatch(dit.attention, groups)
+    par.window_spread = WindowSpread.of(groups)  # context windows across ranks (None for one window rank)
     return par

@@ -1,12 +1,15 @@
 """Process groups of context parallelism (docs/parallel.md section 1).
 
-Global rank layout (``world = cfg * ring * ulysses * replicas``)::
+Global rank layout (``world = windows * cfg * ring * ulysses * replicas``)::
 
-    rank = ((replica * cfg + cfg_rank) * ring + ring_rank) * ulysses + ulysses_rank
+    rank = (((replica * windows + window_rank) * cfg + cfg_rank) * ring + ring_rank) * ulysses + ulysses_rank
 
 Ulysses groups are contiguous ranks (fast intra-node all-to-all), ring groups are strided by ``ulysses`` (P2P
 across nodes), the sequence-parallel group (``sp = ulysses * ring``) is contiguous, and the two CFG ranks of
 a pair are ``sp`` apart. The sequence is cut into ``sp`` contiguous chunks in sequence-parallel rank order.
+Context windows (docs/long_video.md) are the outermost axis: each of the ``windows`` window ranks is a whole
+``cfg * ring * ulysses`` model replica that samples its share of each step's windows; the window group joins
+the ranks with the same (cfg, ring, ulysses) coordinates, ``cfg * sp`` apart (one all-gather per step).
 """
 from __future__ import annotations
 
@@ -20,14 +23,16 @@ import torch.distributed as dist
 @dataclass(frozen=True)
 class ParallelConfig:
     """Degrees: ``ulysses`` (all-to-all over heads; must divide the head count), ``ring`` (K/V rotation),
-    ``cfg`` (1, or 2 = cond and uncond on different ranks). Processes needed: ``ulysses * ring * cfg``."""
+    ``cfg`` (1, or 2 = cond and uncond on different ranks), ``windows`` (context windows of a step spread over
+    that many model replicas). Processes needed: ``ulysses * ring * cfg * windows``."""
 
     ulysses: int = 1
     ring: int = 1
     cfg: int = 1
+    windows: int = 1
 
     def __post_init__(self):
-        for name in ("ulysses", "ring", "cfg"):
+        for name in ("ulysses", "ring", "cfg", "windows"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} degree must be an int >= 1, got {v!r}")
@@ -40,22 +45,28 @@ class ParallelConfig:
         return self.ulysses * self.ring
 
     @property
-    def world_size(self) -> int:
+    def model_size(self) -> int:
+        """Processes of one model replica (one window rank): ``ulysses * ring * cfg``."""
         return self.sp * self.cfg
 
+    @property
+    def world_size(self) -> int:
+        return self.model_size * self.windows
+
     def describe(self) -> str:
-        return f"ulysses {self.ulysses} x ring {self.ring} x cfg {self.cfg}"
+        spread = f" x windows {self.windows}" if self.windows > 1 else ""
+        return f"ulysses {self.ulysses} x ring {self.ring} x cfg {self.cfg}{spread}"
 
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def valid_layouts(devices: int, num_heads: int, cfg: int = 1) -> list[tuple[int, int]]:
-    """``(ulysses, ring)`` pairs that use exactly ``devices`` processes with this cfg degree."""
-    if devices % cfg:
+def valid_layouts(devices: int, num_heads: int, cfg: int = 1, windows: int = 1) -> list[tuple[int, int]]:
+    """``(ulysses, ring)`` pairs that use exactly ``devices`` processes with these cfg and windows degrees."""
+    if devices % (cfg * windows):
         return []
-    sp = devices // cfg
+    sp = devices // (cfg * windows)
     return [(u, sp // u) for u in divisors(sp) if num_heads % u == 0]
 
 
@@ -67,10 +78,12 @@ def check_degrees(config: ParallelConfig, devices: int, num_heads: int) -> None:
         raise ValueError(f"ulysses={config.ulysses} does not divide the model's {num_heads} attention heads; "
                          f"valid ulysses degrees: {', '.join(map(str, valid))} (use ring for the rest)")
     if config.world_size != devices:
-        layouts = valid_layouts(devices, num_heads, config.cfg)
-        choices = ", ".join(f"ulysses={u} ring={r}" for u, r in layouts) or "none with this cfg degree"
+        layouts = valid_layouts(devices, num_heads, config.cfg, config.windows)
+        spread = f" and windows {config.windows}" if config.windows > 1 else ""
+        none = "none with these cfg and windows degrees" if spread else "none with this cfg degree"
+        choices = ", ".join(f"ulysses={u} ring={r}" for u, r in layouts) or none
         raise ValueError(f"{config.describe()} = {config.world_size} processes but {devices} devices; "
-                         f"for {devices} devices with cfg {config.cfg}: {choices}")
+                         f"for {devices} devices with cfg {config.cfg}{spread}: {choices}")
 
 
 @dataclass
@@ -86,6 +99,8 @@ class ParallelGroups:
     ulysses_rank: int
     ring_rank: int
     cfg_rank: int
+    window_group: dist.ProcessGroup | None = None
+    window_rank: int = 0
 
     @property
     def sp_rank(self) -> int:
@@ -94,7 +109,8 @@ class ParallelGroups:
 
 
 def layout(config: ParallelConfig, rank: int) -> tuple[int, int, int, int]:
-    """``(replica, cfg_rank, ring_rank, ulysses_rank)`` of a global rank."""
+    """``(model replica, cfg_rank, ring_rank, ulysses_rank)`` of a global rank; the window rank is
+    ``model replica % windows``."""
     u, r, c = config.ulysses, config.ring, config.cfg
     return rank // (u * r * c), rank // (u * r) % c, rank // u % r, rank % u
 
@@ -111,7 +127,8 @@ def build_groups(config: ParallelConfig, world_size: int | None = None, rank: in
                          f"the group has {world}")
     u, r, c = config.ulysses, config.ring, config.cfg
     sp = u * r
-    mine: dict[str, dist.ProcessGroup | None] = {"ulysses": None, "ring": None, "sp": None, "cfg": None}
+    mine: dict[str, dist.ProcessGroup | None] = {"ulysses": None, "ring": None, "sp": None, "cfg": None,
+                                                 "windows": None}
 
     def make(kind: str, ranks: list[int]) -> None:
         # every rank calls new_group for every group
@@ -132,13 +149,18 @@ def build_groups(config: ParallelConfig, world_size: int | None = None, rank: in
         for base in range(0, world, sp * c):
             for j in range(sp):
                 make("cfg", [base + j, base + sp + j])
+    if config.windows > 1:
+        model = sp * c
+        for base in range(0, world, config.world_size):
+            for j in range(model):
+                make("windows", [base + w * model + j for w in range(config.windows)])
     if u > 1 and r == 1:
         mine["sp"] = mine["ulysses"]
     elif r > 1 and u == 1:
         mine["sp"] = mine["ring"]
-    _, cfg_rank, ring_rank, ulysses_rank = layout(config, me)
+    replica, cfg_rank, ring_rank, ulysses_rank = layout(config, me)
     return ParallelGroups(config, me, mine["ulysses"], mine["ring"], mine["sp"], mine["cfg"],
-                          ulysses_rank, ring_rank, cfg_rank)
+                          ulysses_rank, ring_rank, cfg_rank, mine["windows"], replica % config.windows)
 
 
 def padded_length(length: int, multiple: int) -> int:

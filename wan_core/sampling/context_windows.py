@@ -216,13 +216,26 @@ class WindowedGuidance:
     afresh.
     ``interrupt(step, num_steps)``: called between windows; it raises to stop (a long step need not finish
     every window first).
+    ``spread``: windows across ranks (``wan_core.parallel.windows.WindowSpread``: ``rank``, ``owners(windows)``,
+    ``gather(windows, owners, mine, like)``): this rank samples (and keeps guides and cache sessions for) its own
+    windows only, and the gathered velocities of all windows are fused exactly as in the sequential loop.
     """
 
-    def __init__(self, windows: ContextWindows, latent_frames: int, make_guide, interrupt=None):
+    def __init__(self, windows: ContextWindows, latent_frames: int, make_guide, interrupt=None, spread=None):
         self.config, self.frames, self.make_guide, self.interrupt = windows, latent_frames, make_guide, interrupt
+        self.spread = spread
         self.guides: dict[tuple[int, ...], tuple] = {}
-        self.current: list[tuple[int, ...]] = windows.windows(latent_frames, 0)
         self.step, self.num_steps = 0, 0
+        self._set_windows(windows.windows(latent_frames, 0))
+
+    def _set_windows(self, current: list[tuple[int, ...]]) -> None:
+        self.current = current
+        self.owners = [0] * len(current) if self.spread is None else self.spread.owners(current)
+
+    def _mine(self) -> list[int]:
+        """Indices of the current windows this rank samples (all of them without a spread)."""
+        rank = 0 if self.spread is None else self.spread.rank
+        return [i for i, owner in enumerate(self.owners) if owner == rank]
 
     def guide(self, window: tuple[int, ...]):
         if window not in self.guides:
@@ -230,33 +243,46 @@ class WindowedGuidance:
         return self.guides[window]
 
     def begin_step(self, step: int, num_steps: int, sigma: float) -> None:
-        self.current = self.config.windows(self.frames, step)
+        self._set_windows(self.config.windows(self.frames, step))  # owners: the same again for the same windows
         self.step, self.num_steps = step, num_steps
-        for window in self.current:
-            guide = self.guide(window)[0]
+        for i in self._mine():
+            guide = self.guide(self.current[i])[0]
             if hasattr(guide, "begin_step"):
                 guide.begin_step(step, num_steps, sigma)
 
     def __call__(self, x: torch.Tensor, sigma: float, timestep: torch.Tensor) -> torch.Tensor:
         """``x [B, C, F, h, w]`` -> ``v`` of the same shape: each window's velocity, weighted and normalised per
         frame (one window holding the whole video returns its guide's output unchanged)."""
-        if len(self.current) == 1 and len(self.current[0]) == x.shape[2]:
+        if self.spread is None and len(self.current) == 1 and len(self.current[0]) == x.shape[2]:
             guide, attach = self.guide(self.current[0])
             with attach():
                 return guide(x, sigma, timestep)
         total = torch.zeros_like(x, dtype=torch.float32)
         weight = torch.zeros(x.shape[2], dtype=torch.float32, device=x.device)
-        for window in self.current:
-            if self.interrupt is not None:
-                self.interrupt(self.step, self.num_steps)
-            guide, attach = self.guide(window)
-            index = torch.tensor(window, device=x.device)
-            with attach():
-                v = guide(x.index_select(2, index), sigma, timestep).float()
-            w = self.config.weights(window, self.frames).to(x.device)
-            total.index_add_(2, index, v * w.view(1, 1, -1, 1, 1))
-            weight.index_add_(0, index, w)
+        if self.spread is None:  # each window fused as soon as it is sampled: one window's velocity at a time
+            for window in self.current:
+                self._fuse(total, weight, window, self._sample(window, x, sigma, timestep))
+        else:  # this rank's windows, then every window's velocity, fused in the same order as above
+            mine = {i: self._sample(self.current[i], x, sigma, timestep) for i in self._mine()}
+            for window, v in zip(self.current, self.spread.gather(self.current, self.owners, mine, x)):
+                self._fuse(total, weight, window, v)
         return (total / weight.view(1, 1, -1, 1, 1)).to(x.dtype)
+
+    def _sample(self, window: tuple[int, ...], x: torch.Tensor, sigma: float,
+                timestep: torch.Tensor) -> torch.Tensor:
+        """The velocity ``[B, C, len(window), h, w]`` float32 of one window."""
+        if self.interrupt is not None:
+            self.interrupt(self.step, self.num_steps)
+        guide, attach = self.guide(window)
+        index = torch.tensor(window, device=x.device)
+        with attach():
+            return guide(x.index_select(2, index), sigma, timestep).float()
+
+    def _fuse(self, total: torch.Tensor, weight: torch.Tensor, window: tuple[int, ...], v: torch.Tensor) -> None:
+        index = torch.tensor(window, device=total.device)
+        w = self.config.weights(window, self.frames).to(total.device)
+        total.index_add_(2, index, v * w.view(1, 1, -1, 1, 1))
+        weight.index_add_(0, index, w)
 
     @property
     def steps(self) -> list[str]:
