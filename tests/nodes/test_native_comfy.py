@@ -472,33 +472,10 @@ def _get(url: str, timeout: float = 10):
         return json.loads(r.read())
 
 
-@pytest.mark.slow
-def test_native_workflow_runs_headless_through_prompt(tmp_path):
+def _serve_and_run(api: dict, base: Path, tmp_path: Path) -> str:
+    """Start a CPU-only server on ``base`` (a base directory with models/ and custom_nodes/), POST ``api`` to
+    ``/prompt``, wait for it, assert success; returns the server log. The server is stopped afterwards."""
     comfy_root = Path(comfy.options.__file__).resolve().parents[1]  # comfy is a namespace package
-    base = tmp_path / "base"
-    names = _tiny_models(base / "models")
-    (base / "custom_nodes").mkdir()
-    os.symlink(ROOT, base / "custom_nodes" / "ComfyUI-WanCore")
-    api = json.loads((ROOT / "workflows" / "api" / "native_t2v_fast.json").read_text())
-    demo = "wancore-demo (built-in)"
-    for node in api.values():  # the tiny models and sizes; every patch node keeps its shipped settings
-        i, ct = node["inputs"], node["class_type"]
-        if ct == "UNETLoader":
-            i["unet_name"] = names["unet"]
-        elif ct == "LoraLoaderModelOnly":
-            i["lora_name"] = names["lora"]
-        elif ct in ("WanCoreTextEncoderLoader", "WanCoreVAELoader"):
-            i["text_encoder_name" if "Text" in ct else "vae_name"] = demo
-        elif ct == "WanCoreTextEncode":
-            i.update(positive="a blue square moving right", negative="")
-        elif ct == "WanCoreEmbedsToConditioning":
-            i["text_len"] = 32
-        elif ct == "EmptyHunyuanLatentVideo":
-            i.update(width=64, height=64, length=17)
-        elif ct == "KSampler":
-            i.update(steps=16, cfg=4.0)
-        elif ct == "ModelSamplingSD3":
-            i["shift"] = 3.0
     port = 8189 + os.getpid() % 500
     log = open(tmp_path / "server.log", "w")
     server = subprocess.Popen(
@@ -523,18 +500,142 @@ def test_native_workflow_runs_headless_through_prompt(tmp_path):
             hist = _get(f"{url}/history/{prompt_id}")
             if prompt_id in hist and hist[prompt_id].get("status", {}).get("completed") is not None:
                 break
-            assert time.time() < deadline + 300, "prompt did not finish"
+            assert time.time() < deadline + 600, "prompt did not finish"
             time.sleep(2)
         status = hist[prompt_id]["status"]
         text = (tmp_path / "server.log").read_text()
         assert status["status_str"] == "success", (status, text[-4000:])
-        assert "IMPORT FAILED" not in text and "lora key not loaded" not in text
-        (Path(os.environ.get("WANCORE_PROMPT_LOG", tmp_path / "kept.log"))).write_text(text)
-        assert "cache easycache: " in text, text[-4000:]
-        videos = list((tmp_path / "out").rglob("*.mp4"))
-        assert videos, list((tmp_path / "out").rglob("*"))
-        print([line for line in text.splitlines() if "cache easycache" in line or "WanCore Native" in line])
+        assert "IMPORT FAILED" not in text
+        return text
     finally:
         server.terminate()
         server.wait(30)
         log.close()
+
+
+@pytest.mark.slow
+def test_native_workflow_runs_headless_through_prompt(tmp_path):
+    base = tmp_path / "base"
+    names = _tiny_models(base / "models")
+    (base / "custom_nodes").mkdir()
+    os.symlink(ROOT, base / "custom_nodes" / "ComfyUI-WanCore")
+    api = json.loads((ROOT / "workflows" / "api" / "native_t2v_fast.json").read_text())
+    demo = "wancore-demo (built-in)"
+    for node in api.values():  # the tiny models and sizes; every patch node keeps its shipped settings
+        i, ct = node["inputs"], node["class_type"]
+        if ct == "UNETLoader":
+            i["unet_name"] = names["unet"]
+        elif ct == "LoraLoaderModelOnly":
+            i["lora_name"] = names["lora"]
+        elif ct in ("WanCoreTextEncoderLoader", "WanCoreVAELoader"):
+            i["text_encoder_name" if "Text" in ct else "vae_name"] = demo
+        elif ct == "WanCoreTextEncode":
+            i.update(positive="a blue square moving right", negative="")
+        elif ct == "WanCoreEmbedsToConditioning":
+            i["text_len"] = 32
+        elif ct == "EmptyHunyuanLatentVideo":
+            i.update(width=64, height=64, length=17)
+        elif ct == "KSampler":
+            i.update(steps=16, cfg=4.0)
+        elif ct == "ModelSamplingSD3":
+            i["shift"] = 3.0
+    text = _serve_and_run(api, base, tmp_path)
+    assert "lora key not loaded" not in text
+    (Path(os.environ.get("WANCORE_PROMPT_LOG", tmp_path / "kept.log"))).write_text(text)
+    assert "cache easycache: " in text, text[-4000:]
+    videos = list((tmp_path / "out").rglob("*.mp4"))
+    assert videos, list((tmp_path / "out").rglob("*"))
+    print([line for line in text.splitlines() if "cache easycache" in line or "WanCore Native" in line])
+
+
+PAD_NODE = '''"""Test harness: zero-pads a CONDITIONING's width (64-wide demo embeddings, 4096-wide text input)."""
+import torch
+
+
+class WanCoreTestPadConditioning:
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"conditioning": ("CONDITIONING",), "width": ("INT", {"default": 4096, "min": 1})}}
+
+    RETURN_TYPES = ("CONDITIONING",)
+    FUNCTION = "pad"
+    CATEGORY = "testing"
+
+    def pad(self, conditioning, width):
+        out = []
+        for t, extra in conditioning:
+            p = torch.zeros(*t.shape[:-1], width, dtype=t.dtype, device=t.device)
+            p[..., : t.shape[-1]] = t
+            out.append([p, extra])
+        return (out,)
+
+
+NODE_CLASS_MAPPINGS = {"WanCoreTestPadConditioning": WanCoreTestPadConditioning}
+'''
+
+
+def _demo_native_4096(path: Path) -> None:
+    """The built-in demo DiT as a native file ComfyUI 0.3.64 detects as Wan: its detection reads no text width
+    and builds a 4096-wide text input, so the text embedding's weight is zero-padded to 4096 columns (with the
+    conditioning zero-padded to match, the same function as the demo model)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from wan_core.demo import builtin_paths
+
+    with safe_open(str(builtin_paths()["dit"]), "pt") as f:
+        sd = {k: f.get_tensor(k) for k in f.keys()}
+    w = sd["text_embedding.0.weight"]
+    padded = torch.zeros(w.shape[0], 4096, dtype=w.dtype)
+    padded[:, : w.shape[1]] = w
+    sd["text_embedding.0.weight"] = padded
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(sd, str(path))
+
+
+@pytest.mark.slow
+def test_native_long_windows_runs_headless_through_prompt(tmp_path):
+    """The shipped ``native_long_windows`` API workflow on a ComfyUI with ``WanContextWindowsManual`` (>= 0.3.6x):
+    demo model files, 64x64, 33 frames in 17-frame windows (3 windows), 8 steps; every patch node keeps its
+    shipped setting. The conditioning goes through a padding node of the test (see ``_demo_native_4096``)."""
+    try:
+        _windows_node()
+    except ImportError:
+        pytest.skip("this ComfyUI has no WanContextWindowsManual")
+    base = tmp_path / "base"
+    _demo_native_4096(base / "models" / "diffusion_models" / "demo_native_4096.safetensors")
+    (base / "custom_nodes" / "wancore_test_pad").mkdir(parents=True)
+    (base / "custom_nodes" / "wancore_test_pad" / "__init__.py").write_text(PAD_NODE)
+    os.symlink(ROOT, base / "custom_nodes" / "ComfyUI-WanCore")
+    api = json.loads((ROOT / "workflows" / "api" / "native_long_windows.json").read_text())
+    demo = "wancore-demo (built-in)"
+    for node in api.values():
+        i, ct = node["inputs"], node["class_type"]
+        if ct == "UNETLoader":
+            i["unet_name"] = "demo_native_4096.safetensors"
+        elif ct in ("WanCoreTextEncoderLoader", "WanCoreVAELoader"):
+            i["text_encoder_name" if "Text" in ct else "vae_name"] = demo
+        elif ct == "WanCoreTextEncode":
+            i.update(positive="a blue square moving right", negative="")
+        elif ct == "WanCoreEmbedsToConditioning":
+            i["text_len"] = 32
+        elif ct == "EmptyHunyuanLatentVideo":
+            i.update(width=64, height=64, length=33)
+        elif ct == "KSampler":
+            i.update(steps=8, cfg=6.0)
+            api["90"] = {"class_type": "WanCoreTestPadConditioning", "inputs": {"conditioning": i["positive"],
+                                                                                  "width": 4096}}
+            api["91"] = {"class_type": "WanCoreTestPadConditioning", "inputs": {"conditioning": i["negative"],
+                                                                                  "width": 4096}}
+            i.update(positive=["90", 0], negative=["91", 0])
+        elif ct == "ModelSamplingSD3":
+            i["shift"] = 3.0
+        elif ct == "WanContextWindowsManual":
+            i.update(context_length=17, context_overlap=8)
+    text = _serve_and_run(api, base, tmp_path)
+    lines = [line for line in text.splitlines() if line.startswith(("cache easycache", "window [", "WanCore Native"))]
+    print(lines, [line for line in text.splitlines() if "Prompt executed" in line])
+    assert "Using context windows 5 for 9 frames." in text
+    assert any(line.startswith("cache easycache: ") and line.endswith("(3 context windows)") for line in lines), lines
+    assert sum(line.startswith("window [") for line in lines) == 3
+    assert list((tmp_path / "out").rglob("*.mp4"))
