@@ -160,6 +160,18 @@ def core_nodes() -> dict[str, CoreNode]:
             Input("model", "MODEL"),
             Input("shift", "FLOAT", default=3.0, min=0.0, max=100.0, step=0.01),
         ), (Output("MODEL", "MODEL"),)),
+        # native_long_windows: ComfyUI's context windows for Wan (comfy_extras/nodes_context_windows.py, 0.3.64;
+        # lengths in real frames, turned into latent frames by the node; a v3 node, same API form)
+        CoreNode("WanContextWindowsManual", "WAN Context Windows (Manual)", (
+            Input("model", "MODEL"),
+            Input("context_length", "INT", default=81, min=1, max=res, step=4),
+            Input("context_overlap", "INT", default=30, min=0),
+            Input("context_schedule", "COMBO", default="standard_static",
+                  options=("standard_static", "standard_uniform", "looped_uniform", "batched")),
+            Input("context_stride", "INT", default=1, min=1),
+            Input("closed_loop", "BOOLEAN", default=False),
+            Input("fuse_method", "COMBO", default="pyramid", options=("pyramid", "relative", "flat", "overlap-linear")),
+        ), (Output("MODEL", "MODEL"),)),
         CoreNode("KSampler", "KSampler", (
             Input("model", "MODEL"),
             Input("seed", "INT", default=0, min=0, max=0xffffffffffffffff, control_after_generate=True),
@@ -286,7 +298,7 @@ def workflows() -> list[Workflow]:
     ])
     return [basic, long_tiled, native, distill_workflow(), multi_gpu_workflow(),
             fast_workflow(), cached_workflow(), demo_workflow(), long_windows_workflow(), extend_workflow(),
-            native_fast_workflow(),
+            native_fast_workflow(), native_long_windows_workflow(),
             *image_workflows(), *wan22_workflows()]
 
 
@@ -454,6 +466,40 @@ def native_fast_workflow() -> Workflow:
         Node(12, "WanCoreNativeCache", {"method": "easycache"}, {"model": (11, 0)}),
         Node(13, "ModelSamplingSD3", {"shift": 8.0}, {"model": (12, 0)}),
         Node(14, "WanCoreEmbedsToConditioning", {"text_len": 512}, {"embeds": (4, 0)}),
+    ])
+
+
+def native_long_windows_workflow() -> Workflow:
+    """ComfyUI's native Wan graph with ComfyUI's own context windows (WanContextWindowsManual) and WanCore's three
+    native patches (attention, a cache that keeps one state per window, RIFLEx); docs/native_patches.md."""
+    return Workflow("native_long_windows", "## WanCore patches on ComfyUI's native Wan model, in context windows\n"
+                    "A 161-frame video from Wan 2.1 (trained on 81 frames) on ComfyUI's native graph: ComfyUI's "
+                    "*WAN Context Windows (Manual)* makes *KSampler* denoise it as overlapping 81-frame windows "
+                    "(overlap 30 real frames, *standard_static*, *pyramid*; lengths in real frames, as the node "
+                    "takes them). **WanCore Native Attention** (8-bit attention + skiparse osp13) works on each "
+                    "window's token grid; **WanCore Native Cache** (EasyCache) keeps one cache state per window and "
+                    "reports the windows it ran; **WanCore Native RIFLEx** (k 0 = auto) lowers the temporal RoPE "
+                    "frequency only where a window is longer than the 81 training frames (raise *context_length* "
+                    "past 81 to use it). All three return patched copies of the MODEL. See "
+                    "docs/native_patches.md.\n" + _FILES_NOTE, [
+        Node(1, "UNETLoader", {"unet_name": DIT_1_3B, "weight_dtype": "default"}),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
+        Node(3, "WanCoreVAELoader", {"vae_name": VAE}),
+        _encode(PROMPT),
+        Node(5, "EmptyHunyuanLatentVideo", {"width": 832, "height": 480, "length": 161, "batch_size": 1}),
+        Node(6, "KSampler", {"seed": 42, "steps": 30, "cfg": 6.0, "sampler_name": "uni_pc", "scheduler": "simple",
+                             "denoise": 1.0},
+             {"model": (15, 0), "positive": (14, 0), "negative": (14, 1), "latent_image": (5, 0)}),
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, "video/WanCore_native_long_windows"),
+        Node(10, "WanCoreNativeAttention", {"backend": "sage", "skiparse": "osp13", "k": 4}, {"model": (1, 0)}),
+        Node(11, "WanCoreNativeCache", {"method": "easycache"}, {"model": (10, 0)}),
+        Node(12, "WanCoreNativeRIFLEx", {"k": 0}, {"model": (11, 0)}),
+        Node(13, "ModelSamplingSD3", {"shift": 8.0}, {"model": (12, 0)}),
+        Node(14, "WanCoreEmbedsToConditioning", {"text_len": 512}, {"embeds": (4, 0)}),
+        Node(15, "WanContextWindowsManual", {"context_length": 81, "context_overlap": 30,
+                                             "context_schedule": "standard_static", "context_stride": 1,
+                                             "closed_loop": False, "fuse_method": "pyramid"}, {"model": (13, 0)}),
     ])
 
 

@@ -31,6 +31,7 @@ from .cache_patch import (
     CacheAttention,
     NativeCache,
     NativeCacheRun,
+    NativeCacheState,
     NativeDiT,
     block_patch,
     branch_name,
@@ -40,6 +41,8 @@ from .cache_patch import (
     native_config,
     sample_wrapper,
     step_of,
+    time_embeddings,
+    window_of,
 )
 from .patcher import native_attention_patch, native_cache_patch
 from .riflex_patch import RiflexEmbedder, native_riflex_patch
@@ -65,10 +68,11 @@ from .specs import (
 
 __all__ = [
     "ATTENTION", "CACHE", "CACHE_CALLS_KEY", "CALLS_KEY", "CATEGORY", "CONDITIONING", "CacheAttention",
-    "NATIVE_BACKENDS", "NATIVE_METHODS", "NODES", "NativeAttention", "NativeCache", "NativeCacheRun", "NativeDiT",
+    "NATIVE_BACKENDS", "NATIVE_METHODS", "NODES", "NativeAttention", "NativeCache", "NativeCacheRun",
+    "NativeCacheState", "NativeDiT",
     "RIFLEX", "RUN_KEY", "RiflexEmbedder", "SKIPARSE_CHOICES", "attention_block_patch", "attention_override",
     "block_patch", "branch_name", "cache_setting", "calc_cond_batch_wrapper", "diffusion_model_wrapper", "grid_wrapper",
     "guidance_of", "host", "native_attention_patch", "native_cache_patch", "native_config", "native_riflex_patch",
-    "parse_ks", "patch_attention", "patch_cache", "patch_riflex", "sample_wrapper", "step_of", "to_conditioning",
-    "transformer_options_of", "validate_attention", "validate_cache", "validate_riflex",
+    "parse_ks", "patch_attention", "patch_cache", "patch_riflex", "sample_wrapper", "step_of", "time_embeddings",
+    "to_conditioning", "transformer_options_of", "validate_attention", "validate_cache", "validate_riflex", "window_of",
 ]

@@ -3,8 +3,10 @@
 :class:`NativeCache` holds a ``CacheConfig``; per sampling run it starts a :class:`NativeCacheRun` (the
 ``OUTER_SAMPLE`` wrapper, :func:`sample_wrapper`) that drives ``wan_core.cache``'s policies from the
 ``CALC_COND_BATCH`` wrapper (the CFG cache), the ``DIFFUSION_MODEL`` wrapper (EasyCache; the TeaCache / MagCache
-decisions) and block replace patches (TeaCache / MagCache reuse of the block-stack residual), with per-branch
-state keyed by ComfyUI's ``cond_or_uncond`` (0 = cond, 1 = uncond), and reports the DiT evaluations skipped.
+decisions) and block replace patches (TeaCache / MagCache reuse of the block-stack residual), and reports the DiT
+evaluations skipped. State is kept per context window (:class:`NativeCacheState`, keyed by the frames of
+``transformer_options["context_window"]``, which ComfyUI's context-window handler sets; one for the whole video
+without windows) and, inside it, per branch (ComfyUI's ``cond_or_uncond``: 0 = cond, 1 = uncond).
 :class:`CacheAttention` is the ``wan`` preset's attention cache. The run of the sampling in progress sits in
 ``transformer_options[RUN_KEY]``. Plain Python (no ``comfy`` import): tested without ComfyUI.
 """
@@ -18,7 +20,7 @@ import torch
 
 from wan_core.cache import CacheConfig, CacheSession, start_session
 from wan_core.cache.attention_cache import Segment
-from wan_core.cache.report import COMPUTED, REUSED
+from wan_core.cache.report import COMPUTED, REUSED, WindowCacheReport
 from wan_core.config import DiTConfig
 from wan_core.dit.embeddings import sinusoidal_embedding
 from wan_core.sampling.hooks import BRANCH_COND, BRANCH_UNCOND
@@ -95,8 +97,27 @@ class NativeCache:
         return NativeCacheRun(self, model_config, steps, guidance)
 
 
-class NativeCacheRun:
-    """One sampling run: the ``CacheSession`` of ``wan_core.cache`` driven from ComfyUI's wrappers."""
+def time_embeddings(diffusion_model, timestep: torch.Tensor, x: torch.Tensor):
+    """``e [B, D]`` and ``e0 [B, 6, D]`` from the native model's own time layers (TeaCache's indicators)."""
+    if diffusion_model is None:
+        raise ValueError("cache: the native model is needed for the TeaCache/MagCache decisions")
+    t = torch.as_tensor(timestep, device=x.device).flatten()
+    b = x.shape[0]
+    if t.numel() == 1:
+        t = t.expand(b)
+    elif t.numel() != b and t.numel() % b == 0:  # per-token timesteps (Wan 2.2 TI2V): the row's largest
+        t = t.view(b, -1).amax(1)
+    s = sinusoidal_embedding(t, int(getattr(diffusion_model, "freq_dim", 256)))
+    dtype = diffusion_model.patch_embedding.weight.dtype
+    with torch.no_grad():
+        e = diffusion_model.time_embedding(s.to(dtype)).float()
+        e0 = diffusion_model.time_projection(e.to(dtype)).float().unflatten(1, (6, -1))
+    return e, e0
+
+
+class NativeCacheState:
+    """The cache of one context window (or of the whole video): a ``CacheSession`` of ``wan_core.cache``
+    driven from ComfyUI's wrappers, with its own step counter and per-forward bookkeeping."""
 
     def __init__(self, cache: NativeCache, model_config: DiTConfig, steps: int, guidance: float):
         self.cache = cache
@@ -173,7 +194,7 @@ class NativeCacheRun:
             return torch.cat([pol.reuse(s.branch, xo[s.rows]) for s in segs]).to(x.dtype)
         block_pol = self.session.block_policy
         if block_pol is not None:
-            e, e0 = self.time_embeddings(getattr(executor, "class_obj", None), timestep, x)
+            e, e0 = time_embeddings(getattr(executor, "class_obj", None), timestep, x)
             decide = [block_pol.should_compute(s.branch, step, e[s.rows], e0[s.rows]) for s in segs]
         else:
             decide = [True] * len(segs)
@@ -191,24 +212,6 @@ class NativeCacheRun:
         if not report.tokens:
             report.tokens = int(math.prod(x.shape[2:]) // 4)
         return out
-
-    @staticmethod
-    def time_embeddings(diffusion_model, timestep: torch.Tensor, x: torch.Tensor):
-        """``e [B, D]`` and ``e0 [B, 6, D]`` from the native model's own time layers (TeaCache's indicators)."""
-        if diffusion_model is None:
-            raise ValueError("cache: the native model is needed for the TeaCache/MagCache decisions")
-        t = torch.as_tensor(timestep, device=x.device).flatten()
-        b = x.shape[0]
-        if t.numel() == 1:
-            t = t.expand(b)
-        elif t.numel() != b and t.numel() % b == 0:  # per-token timesteps (Wan 2.2 TI2V): the row's largest
-            t = t.view(b, -1).amax(1)
-        s = sinusoidal_embedding(t, int(getattr(diffusion_model, "freq_dim", 256)))
-        dtype = diffusion_model.patch_embedding.weight.dtype
-        with torch.no_grad():
-            e = diffusion_model.time_embedding(s.to(dtype)).float()
-            e0 = diffusion_model.time_projection(e.to(dtype)).float().unflatten(1, (6, -1))
-        return e, e0
 
     # ---------------------------------------------------------------- block replace: residual reuse
     def block(self, index: int, args: dict, original: Callable[[dict], dict]) -> dict:
@@ -240,10 +243,106 @@ class NativeCacheRun:
             self._h_in = None
         return out
 
-    def finish(self) -> str:
-        """Complete the report, free the stored tensors, return its text."""
+    def finish(self) -> None:
+        """Complete the report and free the stored tensors."""
         self.session.finish()
-        return self.session.report.text()
+
+
+Window = tuple[int, ...]
+
+
+def window_of(to: dict, x: torch.Tensor | None = None) -> Window | None:
+    """The latent frames of the context window a call belongs to, or None (no context windows).
+
+    ComfyUI (>= 0.3.6x, ``comfy/context_windows.py``) puts the window it is about to evaluate in
+    ``transformer_options["context_window"]`` (an ``IndexListContextWindow``: ``index_list``, the frames along
+    ``dim``) before each window's ``calc_cond_batch``, and never removes it; ``x`` (the call's latent) guards
+    against a stale entry: a window counts only when ``x`` holds exactly its frames."""
+    window = to.get("context_window")
+    frames = getattr(window, "index_list", None)
+    if frames is None:
+        return None
+    dim = int(getattr(window, "dim", 2))
+    if x is not None and (x.dim() <= dim or x.shape[dim] != len(frames)):
+        return None
+    return tuple(int(f) for f in frames)
+
+
+class NativeCacheRun:
+    """One sampling run: one :class:`NativeCacheState` per context window (ComfyUI's ``WanContextWindowsManual``
+    and the other context-window nodes), or one for the whole video without windows.
+
+    ComfyUI evaluates every window at every step (a sliding schedule brings other windows on other steps), each
+    with its own model calls, so a state must never serve another window: EasyCache's stored output change,
+    TeaCache/MagCache's block residual, the CFG cache's guidance difference and the attention cache's outputs
+    are those of the window's own frames. A window first seen at a later step starts afresh (computes). The
+    report counts per window, like the WanCore sampler's (``WindowCacheReport``)."""
+
+    def __init__(self, cache: NativeCache, model_config: DiTConfig, steps: int, guidance: float):
+        self.cache, self.model_config, self.steps, self.guidance = cache, model_config, steps, guidance
+        # raises now (e.g. no published table for this model) rather than inside the first window
+        self.states: dict[Window | None, NativeCacheState] = {None: self._new_state()}
+        self._used: set[Window | None] = set()
+        self.active: NativeCacheState | None = None  # the state of the DiT forward in progress
+
+    def _new_state(self) -> NativeCacheState:
+        return NativeCacheState(self.cache, self.model_config, self.steps, self.guidance)
+
+    def state(self, window: Window | None) -> NativeCacheState:
+        """The state of ``window`` (None: the whole video), made on its first call."""
+        self._used.add(window)
+        if window not in self.states:
+            self.states[window] = self._new_state()
+        return self.states[window]
+
+    @property
+    def windows(self) -> list[Window]:
+        """The context windows that ran, in the order they first ran."""
+        return [w for w in self.states if w is not None and w in self._used]
+
+    @property
+    def report(self):
+        """The whole video's ``CacheReport``; under context windows a ``WindowCacheReport`` over the windows."""
+        windows = self.windows
+        if not windows:
+            return self.states[None].report
+        return WindowCacheReport({w: self.states[w].report for w in windows})
+
+    @property
+    def attention_scope(self):
+        return None if self.active is None else self.active.attention_scope
+
+    def calc_cond_batch(self, executor: Callable, model, conds: list, x_in: torch.Tensor, timestep: torch.Tensor,
+                        model_options: dict, *args, **kwargs):
+        window = window_of(model_options.get("transformer_options", {}), x_in)
+        return self.state(window).calc_cond_batch(executor, model, conds, x_in, timestep, model_options,
+                                                  *args, **kwargs)
+
+    def diffusion_model(self, executor: Callable, *args, **kwargs):
+        state = self.state(window_of(transformer_options_of(args, kwargs), args[0]))
+        outer, self.active = self.active, state
+        try:
+            return state.diffusion_model(executor, *args, **kwargs)
+        finally:
+            self.active = outer
+
+    def block(self, index: int, args: dict, original: Callable[[dict], dict]) -> dict:
+        if self.active is None:
+            return original(args)
+        return self.active.block(index, args, original)
+
+    def finish(self) -> str:
+        """Complete the reports, free the stored tensors, return the report's text (a ``calibrate`` run under
+        windows shows the first window's calibration: each window's is of the same model and steps)."""
+        for state in self.states.values():
+            state.finish()
+        text = self.report.text()
+        if self.windows:
+            cal = next((s.report.calibration for w, s in self.states.items()
+                        if w is not None and s.report.calibration is not None), None)
+            if cal is not None:
+                text += "\ncalibration (first window; paste into WanCoreCache's calibration input): " + cal.to_json()
+        return text
 
 
 class CacheAttention:

@@ -17,7 +17,10 @@ assumes). Checked:
 * RIFLEx on ComfyUI's WanModel: only the frame axis's component k of the rotations changes, one latent frame
   is bit-identical, the input MODEL is untouched;
 * attention + cache + RIFLEx under ComfyUI's own ``WanContextWindowsManual``: runs, finite, each forward sees a
-  window, a window covering the video equals no windows (the cache is not window-aware: docs/native_patches.md);
+  window, skiparse runs on the window's grid, a window covering the video equals no windows; the cache keeps one
+  state per window: threshold 0 under windows equals no cache (bit-exact), with reuse the run equals a reference
+  giving every window a cache run of its own and differs from one state shared by the windows (the cache before
+  it knew windows), also with ComfyUI's sliding ``standard_uniform`` schedule; the report counts the windows;
 * the shipped ``native_t2v_fast`` API workflow through ``/prompt`` on a CPU-only ComfyUI server (slow).
 """
 from __future__ import annotations
@@ -288,11 +291,11 @@ def _windows_node():
     return WanContextWindowsManualNode
 
 
-def with_windows(model, length, overlap):
+def with_windows(model, length, overlap, schedule="standard_static"):
     """ComfyUI's own WAN Context Windows (Manual) node (its ``execute``); ``length``/``overlap`` in video
     frames, as the node takes them (it converts to latent frames)."""
     out = _windows_node().execute(model, context_length=length, context_overlap=overlap,
-                                  context_schedule="standard_static", context_stride=1, closed_loop=False,
+                                  context_schedule=schedule, context_stride=1, closed_loop=False,
                                   fuse_method="pyramid")
     return out.result[0]
 
@@ -305,27 +308,42 @@ def sample_long(model, frames=5, steps=6, cfg=5.0, seed=0):
                                [[torch.zeros_like(ctx), {}]], latent, denoise=1.0, disable_pbar=True, seed=seed)
 
 
+def cache_kwargs(method, steps, threshold=None):
+    """Thresholds that make this random model reuse (its output changes far more per step than a trained one's)."""
+    kwargs = {"threshold": {"easycache": 5.0, "teacache": 3.0}.get(method, 0.5) if threshold is None else threshold}
+    if method in ("teacache", "magcache"):
+        kwargs["calibration"] = calibration_text(steps)
+    return kwargs
+
+
 @pytest.mark.parametrize("method", ["easycache", "wan", "teacache"])
 def test_patches_compose_with_comfys_context_windows(weights, method):
     """Attention + cache + RIFLEx patches on a MODEL with ComfyUI's WanContextWindowsManual, sampled through
-    ``comfy.sample.sample`` on 5 latent frames with 3-frame windows (overlap 1): runs, finite, reports;
-    a window covering the whole video is the same as no windows."""
+    ``comfy.sample.sample`` on 5 latent frames with 3-frame windows (overlap 1): runs, finite, reports per
+    window; skiparse plans on the window's grid; a window covering the whole video is the same as no windows."""
     m = native_patcher(weights)
     steps, shown = 6, []
-    kwargs = {"threshold": {"easycache": 5.0, "teacache": 3.0}.get(method, 0.5)}
-    if method == "teacache":
-        kwargs["calibration"] = calibration_text(steps)
     calls: list[int] = []
+    plans: list[tuple] = []
+    plan = native.NativeAttention.plan
+
+    def recording_plan(self, q_len, k_len, to):
+        out = plan(self, q_len, k_len, to)
+        if out is not None:
+            plans.append((tuple(int(g) for g in to["grid_sizes"]), q_len))
+        return out
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(native.host, "show_text", shown.append)
+        mp.setattr(native.NativeAttention, "plan", recording_plan)
         patched = native.patch_riflex(native.patch_cache(native.patch_attention(m, "int8", "osp13", 4)[0],
-                                                         method, **kwargs)[0], 3)[0]
+                                                         method, **cache_kwargs(method, steps))[0], 3)[0]
         # counts the latent frames of each DiT forward (ComfyUI's own wrapper mechanism, outermost)
         patched.add_wrapper(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL,
                             lambda ex, *a, **kw: (calls.append(a[0].shape[2]), ex(*a, **kw))[1])
         windowed = with_windows(patched, 9, 4)  # 3 latent frames, overlap 1: windows 0-2, 2-4
         plain = sample_long(patched, steps=steps)
-        n_plain = len(calls)
+        n_plain, plans_plain = len(calls), len(plans)
         out = sample_long(windowed, steps=steps)
         frames_windowed = calls[n_plain:]
         whole = sample_long(with_windows(patched, 17, 4), steps=steps)
@@ -333,13 +351,94 @@ def test_patches_compose_with_comfys_context_windows(weights, method):
     print(method, "| plain:", reports[0].replace("\n", " | "), "| windows:", reports[1].replace("\n", " | "),
           f"| frames per forward: plain {sorted(set(calls[:n_plain]))} ({n_plain}), windowed "
           f"{sorted(set(frames_windowed))} ({len(frames_windowed)})",
+          f"| sparse self-attention grids: plain {sorted(set(plans[:plans_plain]))}, windowed "
+          f"{sorted(set(plans[plans_plain:]))}",
           f"| max |windows - whole| {(out - plain).abs().max():.3f}")
     assert "context_handler" in windowed.model_options
     assert "context_handler" not in patched.model_options
     assert set(frames_windowed) == {3} and set(calls[:n_plain]) == {5}
+    assert set(plans[:plans_plain]) == {((5, 4, 4), 80)}
+    assert plans[plans_plain:] and {g for g, _ in plans[plans_plain:]} <= {(3, 4, 4), (5, 4, 4)}
+    assert ((3, 4, 4), 48) in plans[plans_plain:]
     assert torch.isfinite(out).all() and not torch.equal(out, plain)
     assert torch.equal(whole, plain)
     assert len(reports) == 3
+    assert "context windows" not in reports[0] and "context windows" not in reports[2]
+    assert reports[1].split("\n")[0].endswith("DiT evaluations (2 context windows)")
+    assert "\nwindow [0, 1, 2]: " in reports[1] and "\nwindow [2, 3, 4]: " in reports[1]
+
+
+@pytest.mark.parametrize("method", ["easycache", "magcache", "teacache"])
+def test_threshold_zero_under_comfys_windows_is_no_cache(weights, method):
+    """Never reusing, the windowed native cache is exactly the windowed run without it."""
+    m = native_patcher(weights)
+    steps, shown = 6, []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native.host, "show_text", shown.append)
+        ref = sample_long(with_windows(m, 9, 4), steps=steps)
+        cached = native.patch_cache(m, method, **cache_kwargs(method, steps, threshold=0.0))[0]
+        out = sample_long(with_windows(cached, 9, 4), steps=steps)
+    print(method, shown[-1].replace("\n", " | "))
+    assert torch.equal(out, ref)
+    assert shown[-1].startswith(f"cache {method}: 24/24 DiT evaluations (2 context windows)")
+
+
+def _reference(per_window: bool):
+    """``NativeCache.start`` replaced: the cache as it was before it knew windows (one state for all; per_window
+    False), or one such run per window, dispatched by the window's frames (per_window True)."""
+    from .test_native_windows import PerWindowReference
+
+    def start(self, *args):
+        if per_window:
+            return PerWindowReference(lambda: native.NativeCacheRun(self, *args))
+        return native.NativeCacheRun(self, *args)
+
+    return start
+
+
+@pytest.mark.parametrize("method, schedule", [("easycache", "standard_static"), ("magcache", "standard_static"),
+                                              ("wan", "standard_static"), ("easycache", "standard_uniform")])
+def test_each_window_keeps_its_own_cache_under_comfys_windows(weights, method, schedule):
+    """With reuse, the windowed native cache equals a reference in which every window has a cache run of its
+    own, and differs from one state shared by the windows (the pre-window cache: the last window's stored state
+    applied to the next window). ``standard_uniform`` shifts the windows from step to step: new windows start
+    afresh."""
+    m = native_patcher(weights)
+    steps, shown, runs = 8, [], []
+    frames = 9 if schedule == "standard_uniform" else 5
+    start = native.NativeCache.start
+
+    def keep(self, *args):
+        runs.append(start(self, *args))
+        return runs[-1]
+
+    cached = native.patch_cache(m, method, **cache_kwargs(method, steps))[0]
+    windowed = with_windows(cached, 9, 4, schedule)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native.host, "show_text", shown.append)
+        mp.setattr(native.NativeCache, "start", keep)
+        out = sample_long(windowed, frames=frames, steps=steps)
+        mp.setattr(native.cache_patch, "window_of", lambda to, x=None: None)
+        mp.setattr(native.NativeCache, "start", _reference(True))
+        per_window = sample_long(windowed, frames=frames, steps=steps)
+        mp.setattr(native.NativeCache, "start", _reference(False))
+        shared = sample_long(windowed, frames=frames, steps=steps)
+    run = runs[0]
+    print(method, schedule, shown[0].split("\n")[0], f"| windows {[list(w) for w in run.windows]}",
+          f"| max |fixed - per-window reference| {(out - per_window).abs().max():.2e}",
+          f"| max |shared state - per-window reference| {(shared - per_window).abs().max():.2e}")
+    rep = run.report
+    assert 0 < rep.computed < rep.total and shown[0].startswith(f"cache {method}: ")
+    assert f"({len(run.windows)} context windows)" in shown[0].split("\n")[0]
+    assert torch.equal(out, per_window)
+    assert (shared - per_window).abs().max().item() > 1e-3
+    for w in run.windows:  # a window's first evaluation computes both branches
+        status = run.states[w].report.status
+        first = next(s for s in status if s)
+        assert first == {"cond": "computed", "uncond": "computed"}, (w, status)
+    if schedule == "standard_uniform":
+        assert len(run.windows) > 3
+        assert any(not run.states[w].report.status[0] for w in run.windows)  # windows that began later
 
 
 # ---------------------------------------------------------------------------------------------- /prompt
@@ -373,33 +472,10 @@ def _get(url: str, timeout: float = 10):
         return json.loads(r.read())
 
 
-@pytest.mark.slow
-def test_native_workflow_runs_headless_through_prompt(tmp_path):
+def _serve_and_run(api: dict, base: Path, tmp_path: Path) -> str:
+    """Start a CPU-only server on ``base`` (a base directory with models/ and custom_nodes/), POST ``api`` to
+    ``/prompt``, wait for it, assert success; returns the server log. The server is stopped afterwards."""
     comfy_root = Path(comfy.options.__file__).resolve().parents[1]  # comfy is a namespace package
-    base = tmp_path / "base"
-    names = _tiny_models(base / "models")
-    (base / "custom_nodes").mkdir()
-    os.symlink(ROOT, base / "custom_nodes" / "ComfyUI-WanCore")
-    api = json.loads((ROOT / "workflows" / "api" / "native_t2v_fast.json").read_text())
-    demo = "wancore-demo (built-in)"
-    for node in api.values():  # the tiny models and sizes; every patch node keeps its shipped settings
-        i, ct = node["inputs"], node["class_type"]
-        if ct == "UNETLoader":
-            i["unet_name"] = names["unet"]
-        elif ct == "LoraLoaderModelOnly":
-            i["lora_name"] = names["lora"]
-        elif ct in ("WanCoreTextEncoderLoader", "WanCoreVAELoader"):
-            i["text_encoder_name" if "Text" in ct else "vae_name"] = demo
-        elif ct == "WanCoreTextEncode":
-            i.update(positive="a blue square moving right", negative="")
-        elif ct == "WanCoreEmbedsToConditioning":
-            i["text_len"] = 32
-        elif ct == "EmptyHunyuanLatentVideo":
-            i.update(width=64, height=64, length=17)
-        elif ct == "KSampler":
-            i.update(steps=16, cfg=4.0)
-        elif ct == "ModelSamplingSD3":
-            i["shift"] = 3.0
     port = 8189 + os.getpid() % 500
     log = open(tmp_path / "server.log", "w")
     server = subprocess.Popen(
@@ -424,18 +500,142 @@ def test_native_workflow_runs_headless_through_prompt(tmp_path):
             hist = _get(f"{url}/history/{prompt_id}")
             if prompt_id in hist and hist[prompt_id].get("status", {}).get("completed") is not None:
                 break
-            assert time.time() < deadline + 300, "prompt did not finish"
+            assert time.time() < deadline + 600, "prompt did not finish"
             time.sleep(2)
         status = hist[prompt_id]["status"]
         text = (tmp_path / "server.log").read_text()
         assert status["status_str"] == "success", (status, text[-4000:])
-        assert "IMPORT FAILED" not in text and "lora key not loaded" not in text
-        (Path(os.environ.get("WANCORE_PROMPT_LOG", tmp_path / "kept.log"))).write_text(text)
-        assert "cache easycache: " in text, text[-4000:]
-        videos = list((tmp_path / "out").rglob("*.mp4"))
-        assert videos, list((tmp_path / "out").rglob("*"))
-        print([line for line in text.splitlines() if "cache easycache" in line or "WanCore Native" in line])
+        assert "IMPORT FAILED" not in text
+        return text
     finally:
         server.terminate()
         server.wait(30)
         log.close()
+
+
+@pytest.mark.slow
+def test_native_workflow_runs_headless_through_prompt(tmp_path):
+    base = tmp_path / "base"
+    names = _tiny_models(base / "models")
+    (base / "custom_nodes").mkdir()
+    os.symlink(ROOT, base / "custom_nodes" / "ComfyUI-WanCore")
+    api = json.loads((ROOT / "workflows" / "api" / "native_t2v_fast.json").read_text())
+    demo = "wancore-demo (built-in)"
+    for node in api.values():  # the tiny models and sizes; every patch node keeps its shipped settings
+        i, ct = node["inputs"], node["class_type"]
+        if ct == "UNETLoader":
+            i["unet_name"] = names["unet"]
+        elif ct == "LoraLoaderModelOnly":
+            i["lora_name"] = names["lora"]
+        elif ct in ("WanCoreTextEncoderLoader", "WanCoreVAELoader"):
+            i["text_encoder_name" if "Text" in ct else "vae_name"] = demo
+        elif ct == "WanCoreTextEncode":
+            i.update(positive="a blue square moving right", negative="")
+        elif ct == "WanCoreEmbedsToConditioning":
+            i["text_len"] = 32
+        elif ct == "EmptyHunyuanLatentVideo":
+            i.update(width=64, height=64, length=17)
+        elif ct == "KSampler":
+            i.update(steps=16, cfg=4.0)
+        elif ct == "ModelSamplingSD3":
+            i["shift"] = 3.0
+    text = _serve_and_run(api, base, tmp_path)
+    assert "lora key not loaded" not in text
+    (Path(os.environ.get("WANCORE_PROMPT_LOG", tmp_path / "kept.log"))).write_text(text)
+    assert "cache easycache: " in text, text[-4000:]
+    videos = list((tmp_path / "out").rglob("*.mp4"))
+    assert videos, list((tmp_path / "out").rglob("*"))
+    print([line for line in text.splitlines() if "cache easycache" in line or "WanCore Native" in line])
+
+
+PAD_NODE = '''"""Test harness: zero-pads a CONDITIONING's width (64-wide demo embeddings, 4096-wide text input)."""
+import torch
+
+
+class WanCoreTestPadConditioning:
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"conditioning": ("CONDITIONING",), "width": ("INT", {"default": 4096, "min": 1})}}
+
+    RETURN_TYPES = ("CONDITIONING",)
+    FUNCTION = "pad"
+    CATEGORY = "testing"
+
+    def pad(self, conditioning, width):
+        out = []
+        for t, extra in conditioning:
+            p = torch.zeros(*t.shape[:-1], width, dtype=t.dtype, device=t.device)
+            p[..., : t.shape[-1]] = t
+            out.append([p, extra])
+        return (out,)
+
+
+NODE_CLASS_MAPPINGS = {"WanCoreTestPadConditioning": WanCoreTestPadConditioning}
+'''
+
+
+def _demo_native_4096(path: Path) -> None:
+    """The built-in demo DiT as a native file ComfyUI 0.3.64 detects as Wan: its detection reads no text width
+    and builds a 4096-wide text input, so the text embedding's weight is zero-padded to 4096 columns (with the
+    conditioning zero-padded to match, the same function as the demo model)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from wan_core.demo import builtin_paths
+
+    with safe_open(str(builtin_paths()["dit"]), "pt") as f:
+        sd = {k: f.get_tensor(k) for k in f.keys()}
+    w = sd["text_embedding.0.weight"]
+    padded = torch.zeros(w.shape[0], 4096, dtype=w.dtype)
+    padded[:, : w.shape[1]] = w
+    sd["text_embedding.0.weight"] = padded
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(sd, str(path))
+
+
+@pytest.mark.slow
+def test_native_long_windows_runs_headless_through_prompt(tmp_path):
+    """The shipped ``native_long_windows`` API workflow on a ComfyUI with ``WanContextWindowsManual`` (>= 0.3.6x):
+    demo model files, 64x64, 33 frames in 17-frame windows (3 windows), 8 steps; every patch node keeps its
+    shipped setting. The conditioning goes through a padding node of the test (see ``_demo_native_4096``)."""
+    try:
+        _windows_node()
+    except ImportError:
+        pytest.skip("this ComfyUI has no WanContextWindowsManual")
+    base = tmp_path / "base"
+    _demo_native_4096(base / "models" / "diffusion_models" / "demo_native_4096.safetensors")
+    (base / "custom_nodes" / "wancore_test_pad").mkdir(parents=True)
+    (base / "custom_nodes" / "wancore_test_pad" / "__init__.py").write_text(PAD_NODE)
+    os.symlink(ROOT, base / "custom_nodes" / "ComfyUI-WanCore")
+    api = json.loads((ROOT / "workflows" / "api" / "native_long_windows.json").read_text())
+    demo = "wancore-demo (built-in)"
+    for node in api.values():
+        i, ct = node["inputs"], node["class_type"]
+        if ct == "UNETLoader":
+            i["unet_name"] = "demo_native_4096.safetensors"
+        elif ct in ("WanCoreTextEncoderLoader", "WanCoreVAELoader"):
+            i["text_encoder_name" if "Text" in ct else "vae_name"] = demo
+        elif ct == "WanCoreTextEncode":
+            i.update(positive="a blue square moving right", negative="")
+        elif ct == "WanCoreEmbedsToConditioning":
+            i["text_len"] = 32
+        elif ct == "EmptyHunyuanLatentVideo":
+            i.update(width=64, height=64, length=33)
+        elif ct == "KSampler":
+            i.update(steps=8, cfg=6.0)
+            api["90"] = {"class_type": "WanCoreTestPadConditioning", "inputs": {"conditioning": i["positive"],
+                                                                                  "width": 4096}}
+            api["91"] = {"class_type": "WanCoreTestPadConditioning", "inputs": {"conditioning": i["negative"],
+                                                                                  "width": 4096}}
+            i.update(positive=["90", 0], negative=["91", 0])
+        elif ct == "ModelSamplingSD3":
+            i["shift"] = 3.0
+        elif ct == "WanContextWindowsManual":
+            i.update(context_length=17, context_overlap=8)
+    text = _serve_and_run(api, base, tmp_path)
+    lines = [line for line in text.splitlines() if line.startswith(("cache easycache", "window [", "WanCore Native"))]
+    print(lines, [line for line in text.splitlines() if "Prompt executed" in line])
+    assert "Using context windows 5 for 9 frames." in text
+    assert any(line.startswith("cache easycache: ") and line.endswith("(3 context windows)") for line in lines), lines
+    assert sum(line.startswith("window [") for line in lines) == 3
+    assert list((tmp_path / "out").rglob("*.mp4"))

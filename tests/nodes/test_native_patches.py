@@ -443,8 +443,8 @@ def test_time_embeddings_take_per_token_timesteps():
     dm = TinyNative()
     x = torch.zeros(2, 16, 1, 2, 2)
     per_token = torch.tensor([[0.0, 700.0, 700.0], [0.0, 500.0, 500.0]])
-    e, e0 = NativeCacheRun.time_embeddings(dm, per_token, x)
-    ref, ref0 = NativeCacheRun.time_embeddings(dm, torch.tensor([700.0, 500.0]), x)
+    e, e0 = native.time_embeddings(dm, per_token, x)
+    ref, ref0 = native.time_embeddings(dm, torch.tensor([700.0, 500.0]), x)
     assert e.shape == (2, 8) and e0.shape == (2, 6, 8)
     assert torch.equal(e, ref) and torch.equal(e0, ref0)
 

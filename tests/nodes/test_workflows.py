@@ -33,10 +33,12 @@ NAMES += ("i2v_wan22_a14b",)  # Wan 2.2 I2V-A14B: WanCoreMoE of two 36-channel e
 NAMES += ("t2v_long_windows",)  # WanCoreContextWindows on the demo model (docs/long_video.md)
 NAMES += ("extend_video",)  # WanCoreExtendVideo + Join Latents on the demo model (docs/long_video.md section 3)
 # Graphs on ComfyUI's native MODEL (UNETLoader, KSampler): run end to end by tests/nodes/test_native_comfy.py
-NATIVE_MODEL = ("native_t2v_fast",)
+NAMES += ("native_long_windows",)  # ComfyUI's WanContextWindowsManual + the native patches
+NATIVE_MODEL = ("native_t2v_fast", "native_long_windows")
 # Core ComfyUI node ids the workflows may use (read from ComfyUI 0.33's nodes.py / comfy_extras).
 CORE_NODE_IDS = {"VAELoader", "VAEDecode", "EmptyHunyuanLatentVideo", "CreateVideo", "SaveVideo", "UNETLoader",
-                 "LoraLoaderModelOnly", "ModelSamplingSD3", "KSampler", "LoadImage"}
+                 "LoraLoaderModelOnly", "ModelSamplingSD3", "KSampler", "LoadImage",
+                 "WanContextWindowsManual"}  # the last one: ComfyUI >= 0.3.6x (comfy_extras/nodes_context_windows.py)
 UI_ONLY = {"MarkdownNote", "Note"}
 OUTPUT_NODES = {"SaveVideo"}
 FOLDER_OF_INPUT = {"model_name": "diffusion_models", "vae_name": "vae", "text_encoder_name": "text_encoders",
