@@ -131,10 +131,16 @@ def activate_loras(model: nn.Module) -> None:
     """Make the weights carry exactly ``model``'s wanted LoRAs (a no-op when they already do).
 
     LoRAs added at the end of the stack are applied on top; any other change restores the original weights
-    from the backups and applies the whole stack again."""
+    from the backups and applies the whole stack again. Swapped blocks left resident by a run that stopped
+    inside one are settled first, so the change lands on the copies every later run reads."""
     state = lora_state(model)
     want = wanted_loras(model)
     done = state.applied
+    if len(done) == len(want) and all(a is b for a, b in zip(done, want)):
+        return
+    swap = runtime_of(model).block_swap
+    if swap is not None:
+        swap.settle()
     if len(done) <= len(want) and all(a is b for a, b in zip(done, want)):
         for applied in want[len(done):]:
             _apply_one(model, state, applied)
