@@ -51,7 +51,7 @@ def text_problems(request: "GenerateRequest") -> list[str]:
         prompt_problem(request.prompt, "--prompt"),
         None if request.negative_prompt is None else
         prompt_problem(request.negative_prompt, "--negative-prompt", allow_empty=True)) if problem]
-    where = output_problem(request.out)
+    where = output_problem(request.out, request.overwrite)
     if where:
         out.append(f"--out {request.out!r}: {where}" if not str(request.out).strip() else f"--out {where}")
     return out

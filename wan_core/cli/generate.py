@@ -107,6 +107,6 @@ def _write(request: "GenerateRequest", cfg, video, files: dict | None, t0: float
 
     negative = DEFAULT_NEGATIVE_PROMPT if cfg.negative_prompt is None else cfg.negative_prompt
     meta = output_metadata(request, cfg.replace(negative_prompt=negative), files)
-    written = write_video(video[0], request.out, fps=request.fps, metadata=meta)
+    written = write_video(video[0], request.out, fps=request.fps, metadata=meta, overwrite=request.overwrite)
     print(f"wrote {written} ({cfg.frames} frames, {cfg.width}x{cfg.height}, {request.fps} fps) in "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)

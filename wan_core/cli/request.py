@@ -94,6 +94,7 @@ class GenerateRequest:
     ti2v_image: str | None = None  # --image of a TI2V-5B DiT: its first frame, not Wan 2.1 I2V conditioning
     dit_file: str | None = None
     vae_file: str | None = None
+    overwrite: bool = False  # --out may replace a file WanCore did not write
 
     @property
     def experts(self) -> bool:
