@@ -183,3 +183,12 @@ def test_largest_strength_is_applied_finite():
     m = model()
     apply_lora(m, official_file(random_lora(names={"blocks.0.ffn.0"})), strength=-100.0)
     assert torch.isfinite(m.blocks[0].ffn[0].weight).all()
+
+
+def test_deeply_nested_header_metadata_is_ignored(tmp_path):
+    """The PEFT header is untrusted text too: 200k-deep JSON reads as no header alpha, not a RecursionError."""
+    path = tmp_path / "deep.safetensors"
+    save_file(official_file(random_lora(names={"blocks.0.ffn.0"})), path,
+              metadata={"lora_adapter_metadata": "[" * 200000 + "]" * 200000})
+    applied = apply_lora(model(), path)
+    assert applied.parameters == 1
