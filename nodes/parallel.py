@@ -5,6 +5,8 @@ same checkpoint itself and mirrors every block-stack run (``wan_core.parallel.po
 here, reused by later prompts with the same settings and replaced when they change."""
 from __future__ import annotations
 
+import os
+
 import torch
 
 from wan_core.parallel import ParallelConfig, check_degrees
@@ -25,8 +27,34 @@ def _device_list(devices: int) -> list[str]:
     return [f"cuda:{(start + i) % torch.cuda.device_count()}" for i in range(devices)]
 
 
-def _present() -> int | None:
-    return torch.cuda.device_count() if host.torch_device().type == "cuda" else None
+# A server option (set before starting ComfyUI): how many processes the node may run on a server without GPUs, for
+# tests. Unset, a CPU-only server starts none: each worker loads the whole model, so a client asking for many
+# devices could exhaust the machine.
+CPU_PROCESSES_ENV = "WANCORE_CPU_PROCESSES"
+
+
+def cpu_processes_allowed() -> int:
+    """The processes a CPU-only server allows (this one included): ``WANCORE_CPU_PROCESSES``, at most the CPU
+    count; 1 (no worker) when unset or not a whole number."""
+    raw = os.environ.get(CPU_PROCESSES_ENV, "").strip()
+    try:
+        allowed = int(raw) if raw else 1
+    except ValueError:
+        allowed = 1
+    return max(1, min(allowed, os.cpu_count() or 1))
+
+
+def devices_problem(devices: int) -> str | None:
+    """Why ``devices`` processes cannot run on this machine (more than its GPUs; on a CPU-only server more than
+    the allowed CPU processes), or None."""
+    if host.torch_device().type == "cuda":
+        present = torch.cuda.device_count()
+        return None if devices <= present else f"devices={devices} but this machine has {present} GPU(s)"
+    allowed = cpu_processes_allowed()
+    if devices <= allowed:
+        return None
+    return (f"devices={devices} but this server has no GPU: context parallel needs one GPU per device (CPU "
+            f"worker processes, for tests, only up to {CPU_PROCESSES_ENV}={allowed} set when the server starts)")
 
 
 def validate_parallel(devices: int = 2, ulysses: int = 2, ring: int = 1, cfg_parallel: bool = False) -> bool | str:
@@ -42,10 +70,7 @@ def validate_parallel(devices: int = 2, ulysses: int = 2, ring: int = 1, cfg_par
         check_degrees(ParallelConfig(ulysses, ring, 2 if cfg_parallel else 1), devices, 120)  # lcm of the counts
     except ValueError as e:
         return str(e)
-    present = _present()
-    if present is not None and devices > present:
-        return f"devices={devices} but this machine has {present} GPU(s)"
-    return True
+    return devices_problem(devices) or True
 
 
 def apply(model, devices: int = 2, ulysses: int = 2, ring: int = 1, cfg_parallel: bool = False):
@@ -53,9 +78,9 @@ def apply(model, devices: int = 2, ulysses: int = 2, ring: int = 1, cfg_parallel
     check_degrees(config, devices, int(model.config.num_heads))
     if devices == 1:
         return (model,)
-    present = _present()
-    if present is not None and devices > present:
-        raise ValueError(f"devices={devices} but this machine has {present} GPU(s)")
+    problem = devices_problem(devices)
+    if problem:
+        raise ValueError(problem)
     pool = get_pool(model, config, _device_list(devices))
     host.show_text(f"context parallel: {config.describe()} on {devices} processes")
     return (pool.view(model),)  # this model's LoRA stack (if any): the workers apply the same files

@@ -63,7 +63,8 @@ def _run(dit, seed: int, callback=None):
         return WanPipeline(dit=dit).sample_latents([ctx[0]], [ctx[1]], cfg, callback=callback)
 
 
-def test_pool_two_prompts_kill_and_restart(model_file):
+def test_pool_two_prompts_kill_and_restart(model_file, monkeypatch):
+    monkeypatch.setenv("WANCORE_CPU_PROCESSES", "2")  # CPU workers for this test (off on a CPU-only server)
     dit = wan_core.load_dit(str(model_file))
     refs = {seed: _run(dit, seed) for seed in (1, 2)}
     from nodes import parallel as parallel_node
@@ -129,7 +130,8 @@ def test_pool_two_prompts_kill_and_restart(model_file):
     assert not any(p.is_alive() for p in procs) and not dist.is_initialized()
 
 
-def test_pool_refuses_bad_layouts(model_file):
+def test_pool_refuses_bad_layouts(model_file, monkeypatch):
+    monkeypatch.setenv("WANCORE_CPU_PROCESSES", "2")
     dit = wan_core.load_dit(str(model_file))
     heads = dit.config.num_heads
     with pytest.raises(ValueError, match=f"ulysses=3 does not divide the model's {heads} attention heads"):
@@ -193,3 +195,33 @@ def test_rank0_failure_mid_run_stops_the_workers(model_file):
         assert not any(p.is_alive() for p in pool.procs)
     finally:
         shutdown_pools()
+
+
+@pytest.mark.parametrize("allowed", [None, "", "1", "x", "3"])
+def test_cpu_only_server_starts_no_more_processes_than_allowed(model_file, monkeypatch, allowed):
+    """An API client asking for many devices on a server without GPUs: refused before and when run, no process
+    started (each would load the whole model); CPU workers only up to the server's WANCORE_CPU_PROCESSES."""
+    import multiprocessing
+
+    from nodes import parallel as parallel_node
+
+    if allowed is None:
+        monkeypatch.delenv("WANCORE_CPU_PROCESSES", raising=False)
+    else:
+        monkeypatch.setenv("WANCORE_CPU_PROCESSES", allowed)
+    cap = min(3, os.cpu_count() or 1) if allowed == "3" else 1  # never more than the machine's CPUs
+    verdict = parallel_node.validate_parallel(devices=4, ulysses=2, ring=2)
+    assert isinstance(verdict, str) and "devices=4 but this server has no GPU" in verdict, verdict
+    assert f"WANCORE_CPU_PROCESSES={cap}" in verdict
+    before = set(multiprocessing.active_children())
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a worker pool was started")
+
+    monkeypatch.setattr(parallel_node, "get_pool", no_pool)
+    dit = wan_core.load_dit(str(model_file))
+    with pytest.raises(ValueError, match="devices=4 but this server has no GPU"):
+        parallel_node.apply(dit, devices=4, ulysses=2, ring=2)
+    if cap == 1:
+        assert "no GPU" in str(parallel_node.validate_parallel(devices=2, ulysses=2))
+    assert set(multiprocessing.active_children()) == before
