@@ -5,7 +5,11 @@ same checkpoint itself and mirrors every block-stack run (``wan_core.parallel.po
 here, reused by later prompts with the same settings and replaced when they change."""
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import types
+from collections.abc import Iterator
 
 import torch
 
@@ -57,6 +61,21 @@ def devices_problem(devices: int) -> str | None:
             f"worker processes, for tests, only up to {CPU_PROCESSES_ENV}={allowed} set when the server starts)")
 
 
+@contextlib.contextmanager
+def host_main_hidden() -> Iterator[None]:
+    """While the workers start, ``__main__`` is a bare module. A spawned process first re-runs its parent's main
+    file: in ComfyUI that is the server's main.py, which the worker does not need and which may not even import
+    there (ComfyUI 0.33.0: ``utils`` found as ``comfy/utils.py`` first on ``sys.path``, "'utils' is not a
+    package"); how the server was started (cwd, ``--base-directory``, a launcher) must not matter."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
 def validate_parallel(devices: int = 2, ulysses: int = 2, ring: int = 1, cfg_parallel: bool = False) -> bool | str:
     """Pre-queue: degrees multiply to ``devices`` and that many GPUs exist (the head count is checked when the
     model arrives, before any work)."""
@@ -81,7 +100,8 @@ def apply(model, devices: int = 2, ulysses: int = 2, ring: int = 1, cfg_parallel
     problem = devices_problem(devices)
     if problem:
         raise ValueError(problem)
-    pool = get_pool(model, config, _device_list(devices))
+    with host_main_hidden():
+        pool = get_pool(model, config, _device_list(devices))
     host.show_text(f"context parallel: {config.describe()} on {devices} processes")
     return (pool.view(model),)  # this model's LoRA stack (if any): the workers apply the same files
 

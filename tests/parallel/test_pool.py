@@ -225,3 +225,49 @@ def test_cpu_only_server_starts_no_more_processes_than_allowed(model_file, monke
     if cap == 1:
         assert "no GPU" in str(parallel_node.validate_parallel(devices=2, ulysses=2))
     assert set(multiprocessing.active_children()) == before
+
+
+SERVER_MAIN = '''
+import sys
+if __name__ != "__main__":  # what ComfyUI 0.33.0's main.py amounts to when a spawned worker re-runs it
+    raise ImportError("the server's main.py was re-run in a worker ('utils' is not a package)")
+import importlib.util
+import os
+
+root, model_file, shadow = sys.argv[1:4]
+sys.path.insert(0, shadow)  # a folder of the server's own modules first on the path, as comfy/ was
+spec = importlib.util.spec_from_file_location("custom_nodes_x_wancore", os.path.join(root, "__init__.py"),
+                                              submodule_search_locations=[root])
+pack = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = pack
+spec.loader.exec_module(pack)
+import wan_core
+from wan_core.parallel import shutdown_pools
+
+parallel = importlib.import_module("custom_nodes_x_wancore.nodes.parallel")
+dit = wan_core.load_dit(model_file)
+try:
+    (model,) = parallel.apply(dit, devices=2, ulysses=2)
+    print("workers started:", model.parallel_driver.pool.world)
+finally:
+    shutdown_pools()
+'''
+
+
+def test_workers_start_without_rerunning_the_servers_main(model_file, tmp_path):
+    """The node inside a server whose main file cannot run again (ComfyUI 0.33.0 under spawn): the worker starts
+    from wan_core alone, whatever the server's cwd and sys.path."""
+    import subprocess
+    import sys
+
+    main = tmp_path / "server" / "main.py"
+    shadow = tmp_path / "server" / "comfy"
+    shadow.mkdir(parents=True)
+    (shadow / "utils.py").write_text("")
+    main.write_text(SERVER_MAIN)
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["WANCORE_CPU_PROCESSES"] = "2"
+    res = subprocess.run([sys.executable, str(main), str(root), str(model_file), str(shadow)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=240, env=env, check=False)
+    assert res.returncode == 0 and "workers started: 2" in res.stdout, res.stderr[-3000:]
