@@ -250,5 +250,5 @@ def make_clip(seed: int, **kwargs) -> tuple[torch.Tensor, str]:
 
 
 __all__ = ["COLOURS", "SHAPES", "DIRECTIONS", "SIZES", "FRAME_COUNTS", "HELD_OUT", "HELD_OUT_TWO_OBJECT",
-           "untrained_size_note", "held_out", "TRAIN_SEED_LIMIT", "MovingObject", "ClipSpec", "clip_spec", "caption_of", "parse_caption",
-           "render", "make_clip", "training_seeds", "training_spec"]
+           "untrained_size_note", "held_out", "TRAIN_SEED_LIMIT", "MovingObject", "ClipSpec", "clip_spec",
+           "caption_of", "parse_caption", "render", "make_clip", "training_seeds", "training_spec"]
