@@ -106,6 +106,9 @@ def validate_cache(method: str = "easycache", threshold: float = -1.0, start: fl
 
 
 NATIVE_METHODS = tuple(m for m in METHODS if m != "exact")
+# the core's descriptions build on "exact" (text K/V once per prompt), which ComfyUI's own forward does not have
+NATIVE_METHOD_HELP = "; ".join(f"{m}: {_cache_node.DESCRIPTIONS[m].removeprefix('exact + ')}"
+                               for m in NATIVE_METHODS)
 
 CACHE = NodeSpec(
     node_id="WanCoreNativeCache", display_name="WanCore Native Cache", category=CATEGORY,
@@ -116,9 +119,10 @@ CACHE = NodeSpec(
     inputs=(
         Input("model", "MODEL"),
         Input("method", "COMBO", default="easycache", options=NATIVE_METHODS,
-              tooltip="; ".join(f"{m}: {_cache_node.DESCRIPTIONS[m]}" for m in NATIVE_METHODS)),
+              tooltip=NATIVE_METHOD_HELP),
         Input("threshold", "FLOAT", default=-1.0, min=-1.0, max=100.0, step=0.01,
-              tooltip="-1 = the method's published default; 0 never reuses; higher = faster, lossier"),
+              tooltip="teacache / magcache / easycache: -1 = the method's published default; 0 never reuses; "
+                      "higher = faster, lossier (wan and calibrate have no threshold)"),
         Input("start", "FLOAT", default=-1.0, min=-1.0, max=1.0, step=0.01,
               tooltip="fraction of the steps before which every step is computed; -1 = the method's default"),
         Input("end", "FLOAT", default=-1.0, min=-1.0, max=1.0, step=0.01,

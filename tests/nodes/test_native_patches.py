@@ -547,3 +547,19 @@ def test_block_stack_reuse_without_total_blocks_uses_the_models_block_count():
     assert "reused" in st_old and st_old == st_new
     for a, b in zip(outs_old, outs_new):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+
+
+def test_native_cache_node_texts_name_only_what_it_has():
+    """The native node has no 'exact' (ComfyUI's forward has no text K/V cache), its threshold is used by
+    teacache / magcache / easycache only, and a calibration is pasted into the node of the run."""
+    from nodes.native import specs as native_specs
+
+    spec = next(s for s in native_specs.NODES if s.node_id == "WanCoreNativeCache")
+    inputs = {i.name: i for i in spec.inputs}
+    assert "exact" not in inputs["method"].tooltip and "exact" not in inputs["method"].options
+    assert "wan and calibrate have no threshold" in inputs["threshold"].tooltip
+    from wan_core.cache.report import CacheReport
+
+    report = CacheReport("calibrate", 2, ("cond",))
+    report.calibration = Calibration(model=None, steps=2, mag_cond=(1.0, 0.9))
+    assert "WanCoreCache" not in report.text() and "cache node of this run" in report.text()
