@@ -449,7 +449,7 @@ def native_fast_workflow() -> Workflow:
         Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
         *_output(7, "video/WanCore_native_fast"),
         Node(10, "LoraLoaderModelOnly", {"lora_name": LORA, "strength_model": 1.0}, {"model": (1, 0)}),
-        Node(11, "WanCoreNativeAttention", {"backend": "sage", "skiparse": "osp13", "k": 4}, {"model": (10, 0)}),
+        Node(11, "WanCoreNativeAttention", {"backend": "auto", "skiparse": "osp13", "k": 4}, {"model": (10, 0)}),
         Node(12, "WanCoreNativeCache", {"method": "easycache"}, {"model": (11, 0)}),
         Node(13, "ModelSamplingSD3", {"shift": 8.0}, {"model": (12, 0)}),
         Node(14, "WanCoreEmbedsToConditioning", {"text_len": 512}, {"embeds": (4, 0)}),

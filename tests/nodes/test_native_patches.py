@@ -563,3 +563,19 @@ def test_native_cache_node_texts_name_only_what_it_has():
     report = CacheReport("calibrate", 2, ("cond",))
     report.calibration = Calibration(model=None, steps=2, mag_cond=(1.0, 0.9))
     assert "WanCoreCache" not in report.text() and "cache node of this run" in report.text()
+
+
+@pytest.mark.parametrize("cuda, installed, want", [(False, False, "sdpa"), (False, True, "sdpa"),
+                                                   (True, False, "sdpa"), (True, True, "sage")])
+def test_native_attention_auto_runs_sage_only_where_its_kernel_runs(monkeypatch, cuda, installed, want):
+    """The default backend: without the SageAttention kernel, sage falls back to int8 in torch (a warning on
+    every run, several times slower than sdpa), so auto takes ComfyUI's own attention there."""
+    from nodes.native import specs as native_specs
+
+    spec = next(s for s in native_specs.NODES if s.node_id == "WanCoreNativeAttention")
+    assert {i.name: i for i in spec.inputs}["backend"].default == "auto"
+    monkeypatch.setattr(native_specs.host, "torch_device", lambda: torch.device("cuda" if cuda else "cpu"))
+    monkeypatch.setattr(native_specs, "sage_kernel_installed", lambda: installed)
+    assert native_specs.attention_override("auto", "osp13", 4).backend == want
+    assert native_specs.attention_override("auto", "none", 4).is_noop == (want == "sdpa")
+    assert native_specs.validate_attention(backend="auto") is True
