@@ -107,7 +107,7 @@ def apply(model, devices: int = 2, ulysses: int = 2, ring: int = 1, cfg_parallel
 
 
 PARALLEL = NodeSpec(
-    node_id="WanCoreContextParallel", display_name="WanCore Context Parallel", category="WanCore/loaders",
+    node_id="WanCoreContextParallel", display_name="WanCore Context Parallel", category="WanCore/model",
     description="Runs the model on several GPUs: the video tokens are split between them (Ulysses: heads "
                 "all-to-all, Ring: K/V passed around, both: USP) and optionally cond/uncond on different GPUs "
                 "(CFG-parallel). Exact: same video as one GPU. Extra GPUs get a worker process that loads the same "

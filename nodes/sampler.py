@@ -143,7 +143,7 @@ SAMPLER = NodeSpec(
         Input("cache", "WANCORE_CACHE", optional=True,
               tooltip="a WanCore Cache node (wan / teacache / magcache / easycache); unconnected = exact"),
         Input("image_cond", "WANCORE_IMAGE_COND", optional=True,
-              tooltip="image-to-video: WanCore Image To Video (its latent output goes to latent)"),
+              tooltip="image-to-video: WanCore Image to Video (its latent output goes to latent)"),
         Input("context", "WANCORE_CONTEXT", optional=True,
               tooltip="long videos: a WanCore Context Windows node (overlapping windows, each cached on its own); "
                       "unconnected = the whole video at once"),

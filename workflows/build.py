@@ -306,7 +306,7 @@ folder or upload them in the Load Image node(s); see docs/i2v.md.
 
 def image_workflows() -> list[Workflow]:
     """Wan 2.1 image-to-video (I2V-14B 480P) and first-last-frame (FLF2V-14B 720P), docs/i2v.md sections 5 and 7:
-    Load Image -> WanCore Image To Video (VAE, CLIP vision) -> WanCore Sampler (image_cond + latent)."""
+    Load Image -> WanCore Image to Video (VAE, CLIP vision) -> WanCore Sampler (image_cond + latent)."""
     out = []
     for name, dit, size, shift, steps, prefix, title, about in (
             ("i2v_wan21", DIT_I2V, (832, 480), 3.0, 40, "video/WanCore_i2v", "image to video (Wan 2.1 I2V-14B)",
