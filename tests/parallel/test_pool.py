@@ -210,6 +210,7 @@ def test_cpu_only_server_starts_no_more_processes_than_allowed(model_file, monke
     else:
         monkeypatch.setenv("WANCORE_CPU_PROCESSES", allowed)
     cap = min(3, os.cpu_count() or 1) if allowed == "3" else 1  # never more than the machine's CPUs
+    monkeypatch.setattr(parallel_node.host, "torch_device", lambda: torch.device("cpu"))  # a CPU-only server
     verdict = parallel_node.validate_parallel(devices=4, ulysses=2, ring=2)
     assert isinstance(verdict, str) and "devices=4 but this server has no GPU" in verdict, verdict
     assert f"WANCORE_CPU_PROCESSES={cap}" in verdict
@@ -268,6 +269,7 @@ def test_workers_start_without_rerunning_the_servers_main(model_file, tmp_path):
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["WANCORE_CPU_PROCESSES"] = "2"
+    env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU server: two CPU processes, also on a machine with GPUs
     res = subprocess.run([sys.executable, str(main), str(root), str(model_file), str(shadow)], cwd=tmp_path,
                          capture_output=True, text=True, timeout=240, env=env, check=False)
     assert res.returncode == 0 and "workers started: 2" in res.stdout, res.stderr[-3000:]
