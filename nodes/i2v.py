@@ -96,7 +96,7 @@ CLIP_VISION_LOADER = NodeSpec(
 )
 
 IMAGE_TO_VIDEO = NodeSpec(
-    node_id="WanCoreImageToVideo", display_name="WanCore Image To Video", category="WanCore/conditioning",
+    node_id="WanCoreImageToVideo", display_name="WanCore Image to Video", category="WanCore/conditioning",
     description="Start image (and optional end image) -> the image conditioning of a Wan 2.1 I2V / FLF2V model "
                 "(VAE-encoded frames + mask, CLIP vision tokens) for the WanCore Sampler, and the empty latent "
                 "to sample. The image is resized to width x height (bicubic, no crop, as the official code).",

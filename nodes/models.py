@@ -184,7 +184,7 @@ MODEL_LOADER = NodeSpec(
     node_id="WanCoreModelLoader", display_name="WanCore Load Diffusion Model", category=CATEGORY,
     description="Loads a Wan DiT (official, ComfyUI or diffusers layout; fp32/fp16/bf16/fp8 and fp8 'scaled' "
                 "files) from models/diffusion_models: text-to-video, or image-to-video (Wan 2.1 I2V / FLF2V: "
-                "give the sampler a WanCore Image To Video conditioning).",
+                "give the sampler a WanCore Image to Video conditioning).",
     inputs=(
         Input("model_name", "COMBO", options=lambda: host.list_models("diffusion_models"),
               tooltip="e.g. wan2.1_t2v_1.3B_fp16.safetensors"),

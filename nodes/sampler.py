@@ -13,6 +13,7 @@ from wan_core import latent_format
 from wan_core.lora import activate_loras
 from wan_core.pipeline import GenerationConfig, WanPipeline, check_embeddings, check_latent, check_models
 from wan_core.dit.moe import experts
+from wan_core.estimate import MAX_STEPS
 from wan_core.latent_format import latent_geometry
 from wan_core.sampling import SOLVER_NAMES, Convention, Solver, distill_sigmas
 from wan_core.sampling.context_windows import ContextWindows
@@ -151,7 +152,7 @@ SAMPLER = NodeSpec(
         Input("embeds", "WANCORE_EMBEDS"),
         Input("latent", "LATENT", tooltip="an empty latent (text-to-video) or an encoded video (denoise < 1)"),
         Input("seed", "INT", default=0, min=0, max=2**64 - 1, control_after_generate=True),
-        Input("steps", "INT", default=STEPS, min=1, max=1000,
+        Input("steps", "INT", default=STEPS, min=1, max=MAX_STEPS,
               tooltip=f"official: {WAN21.steps}; {STEPS} is a common choice"),
         Input("guidance", "FLOAT", default=WAN21.guidance, min=0.0, max=30.0, step=0.1,
               tooltip="classifier-free guidance scale; 1 = single pass (no negative prompt)"),
@@ -166,7 +167,7 @@ SAMPLER = NodeSpec(
         Input("cache", "WANCORE_CACHE", optional=True,
               tooltip="a WanCore Cache node (wan / teacache / magcache / easycache); unconnected = exact"),
         Input("image_cond", "WANCORE_IMAGE_COND", optional=True,
-              tooltip="image-to-video: WanCore Image To Video (its latent output goes to latent)"),
+              tooltip="image-to-video: WanCore Image to Video (its latent output goes to latent)"),
         Input("context", "WANCORE_CONTEXT", optional=True,
               tooltip="long videos: a WanCore Context Windows node (overlapping windows, each cached on its own); "
                       "unconnected = the whole video at once"),

@@ -24,7 +24,7 @@ def moe(high_noise_model, low_noise_model, boundary: float = T2V_A14B.boundary,
 
 
 MOE = NodeSpec(
-    node_id="WanCoreMoE", display_name="WanCore Wan 2.2 MoE (A14B experts)", category="WanCore/loaders",
+    node_id="WanCoreMoE", display_name="WanCore Wan 2.2 MoE (A14B experts)", category="WanCore/model",
     description="Wan 2.2 A14B: the high-noise expert runs the steps with timestep >= boundary x 1000, the low-noise "
                 "expert the rest, each with its own guidance (these replace the sampler's guidance); caches start "
                 f"afresh for the second expert. Official T2V: boundary {T2V_A14B.boundary:g}, guidance "

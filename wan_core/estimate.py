@@ -59,6 +59,8 @@ SUV_PROFILE = (1, 2, 4, 8, 4, 2, 1)  # Open-Sora Plan v1.5 per-stage ratios (as 
 # command line checks the same table, so a node and the CLI refuse the same values.
 SIZE_LIMITS: dict[str, tuple[int, int]] = {"width": (16, 8192), "height": (16, 8192), "frames": (1, 2001),
                                            "batch_size": (1, 64)}
+MAX_STEPS = 1000  # sampling steps a run (and a cache calibration) may have
+LORA_STRENGTH_LIMIT = 100.0  # largest |strength| of a LoRA (ComfyUI's own LoRA loader's range)
 
 
 # ---------------------------------------------------------------- validity

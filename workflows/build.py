@@ -319,7 +319,7 @@ folder or upload them in the Load Image node(s); see docs/i2v.md.
 
 def image_workflows() -> list[Workflow]:
     """Wan 2.1 image-to-video (I2V-14B 480P) and first-last-frame (FLF2V-14B 720P), docs/i2v.md sections 5 and 7:
-    Load Image -> WanCore Image To Video (VAE, CLIP vision) -> WanCore Sampler (image_cond + latent)."""
+    Load Image -> WanCore Image to Video (VAE, CLIP vision) -> WanCore Sampler (image_cond + latent)."""
     out = []
     for name, dit, size, shift, steps, prefix, title, about in (
             ("i2v_wan21", DIT_I2V, (832, 480), 3.0, 40, "video/WanCore_i2v", "image to video (Wan 2.1 I2V-14B)",
@@ -462,7 +462,7 @@ def native_fast_workflow() -> Workflow:
         Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
         *_output(7, "video/WanCore_native_fast"),
         Node(10, "LoraLoaderModelOnly", {"lora_name": LORA, "strength_model": 1.0}, {"model": (1, 0)}),
-        Node(11, "WanCoreNativeAttention", {"backend": "sage", "skiparse": "osp13", "k": 4}, {"model": (10, 0)}),
+        Node(11, "WanCoreNativeAttention", {"backend": "auto", "skiparse": "osp13", "k": 4}, {"model": (10, 0)}),
         Node(12, "WanCoreNativeCache", {"method": "easycache"}, {"model": (11, 0)}),
         Node(13, "ModelSamplingSD3", {"shift": 8.0}, {"model": (12, 0)}),
         Node(14, "WanCoreEmbedsToConditioning", {"text_len": 512}, {"embeds": (4, 0)}),

@@ -218,7 +218,8 @@ class NativeCacheState:
         """``patches_replace["dit"][("double_block", index)]``: the block stack with TeaCache/MagCache reuse."""
         pol = self.session.block_policy
         to = args.get("transformer_options", {})
-        last = int(to.get("total_blocks", index + 1)) - 1
+        # the model's own block count: ComfyUI 0.3.64's Wan forward sets no "total_blocks"
+        last = int(getattr(self.session.dit_config, "num_layers", 0) or to.get("total_blocks", index + 1)) - 1
         if pol is None or not self._segments:
             return original(args)
         if index == 0:

@@ -108,3 +108,33 @@ def test_start_session_checks_the_step_count():
     with pytest.raises(ValueError) as e:
         start_session("wan", Stub(), 0, 5.0)
     assert "steps=0" in one_line(e)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[" * 200000 + "]" * 200000, "nested too deeply"),
+    ('{"format": "wancore.cache.calibration/1", "model": null, "steps": 1e400, "mag_ratios": {"cond": [1.0]}}',
+     '"steps": inf must be an integer from 1 to 1000'),
+    ('{"format": "wancore.cache.calibration/1", "model": null, "steps": 2.5, "mag_ratios": {"cond": [1.0]}}',
+     '"steps": 2.5 must be an integer'),
+    ('{"format": "wancore.cache.calibration/1", "model": null, "steps": true, "mag_ratios": {"cond": [1.0]}}',
+     '"steps": True must be an integer'),
+    ('{"format": "wancore.cache.calibration/1", "model": null, "steps": 1e9, "mag_ratios": {"cond": [1.0]}}',
+     'must be an integer from 1 to 1000'),
+    ('{"format": "wancore.cache.calibration/1", "model": null, "steps": "4", "mag_ratios": {"cond": [1.0]}}',
+     '"steps": \'4\' must be an integer'),
+])
+def test_hostile_calibration_text_is_a_one_line_value_error(text, words):
+    """The node's calibration input comes from any API client: deep nesting and huge numbers end in a message."""
+    from nodes.cache import validate_cache
+
+    with pytest.raises(ValueError, match="cache calibration") as err:
+        Calibration.from_json(text)
+    assert words in str(err.value) and "\n" not in str(err.value)
+    verdict = validate_cache(method="magcache", calibration=text)
+    assert isinstance(verdict, str) and words in verdict
+
+
+def test_calibration_with_integral_float_steps_still_reads():
+    cal = Calibration.from_json('{"format": "wancore.cache.calibration/1", "model": null, "steps": 2.0, '
+                                '"mag_ratios": {"cond": [1.0, 0.9]}}')
+    assert cal.steps == 2 and cal.mag_cond == (1.0, 0.9)

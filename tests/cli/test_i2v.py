@@ -9,6 +9,8 @@ from safetensors.torch import save_file
 
 from wan_core.cli import main, models as cli_models
 
+from ..i2v.test_load_image import bomb_png
+
 CLIP = 24
 
 
@@ -46,6 +48,7 @@ def models(tmp_path_factory):
         pixels = (torch.rand(40, 56, 3, generator=g) * 255).to(torch.uint8).numpy()
         Image.fromarray(pixels).save(root / name)
     (root / "not_an_image.png").write_text("hello")
+    bomb_png(root / "bomb.png")
     return root
 
 
@@ -79,6 +82,8 @@ def test_first_last_frame_with_explicit_files(models, tmp_path, capsys):
     (("--last-image", "{m}/end.png"), "--last-image needs --image"),
     (("--image", "{m}/missing.png"), "--image .*missing.png: no such file"),
     (("--image", "{m}/not_an_image.png"), "not a readable image"),
+    (("--image", "{m}/bomb.png"), "--image .*bomb.png: image too large"),
+    (("--image", "{m}/start.png", "--last-image", "{m}/bomb.png"), "--last-image .*bomb.png: image too large"),
     (("--image", "{m}/start.png", "--last-image", "{m}/end.png"), "one-image I2V DiT; a last image needs"),
     (("--image", "{m}/start.png", "--preset", "demo"), "--preset demo is text-to-video"),
     (("--image", "{m}/start.png", "--width", "60"), "width=60: must be a multiple of 16"),

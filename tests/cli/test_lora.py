@@ -86,3 +86,27 @@ def test_lora_for_another_model_is_one_line(tmp_path):
     assert res.returncode != 0
     assert "flux_detail.safetensors: a LoRA for Flux" in res.stderr and len(res.stderr.strip().splitlines()) == 1, \
         res.stderr
+
+
+def test_huge_strength_flag_is_a_usage_error(tmp_path, capsys):
+    lora = tmp_path / "x.safetensors"
+    save_file(official_file(random_lora()), lora)
+    for flag in ("--lora", "--lora-high"):
+        code, err = run_in_process(capsys, "generate", "--preset", "tiny-random", "--prompt", "x", "--out",
+                                   str(tmp_path / "a.webp"), flag, f"{lora}:1e39")
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"{flag} {lora}:1e39: the strength must be a finite number from -100 to 100" in err, err
+
+
+def test_nonfinite_lora_file_is_named_in_one_line(tmp_path, capsys):
+    cfg = tiny_random_models(seed=0)[0].config
+    sd = official_file(random_lora(cfg, seed=1))
+    key = next(k for k in sd if k.endswith("lora_B.weight"))
+    sd[key][0, 0] = float("nan")
+    lora = tmp_path / "broken.safetensors"
+    save_file(sd, lora)
+    code, err = run_in_process(capsys, "generate", "--preset", "tiny-random", "--prompt", "x", "--out",
+                               str(tmp_path / "a.webp"), "--frames", "5", "--steps", "1", "--lora", str(lora))
+    lines = [line for line in err.splitlines() if line.startswith("error")]
+    assert code != 0 and len(lines) == 1, err
+    assert "broken.safetensors" in lines[0] and f"{key} holds NaN/Inf values" in lines[0], err

@@ -99,3 +99,65 @@ def test_generate_final_line_decode_total_and_metadata(tmp_path, capsys):
     assert meta["width"] == 32 and meta["models"] == "tiny-random"
     with av.open(str(out)) as container:
         assert len(list(container.decode(video=0))) == 5
+
+
+@pytest.mark.parametrize("ext", [".gif", ".webp", ".mp4"])
+def test_existing_file_not_written_here_is_refused_unless_overwrite(tmp_path, ext):
+    if ext == ".mp4":
+        pytest.importorskip("av")
+    mine = tmp_path / f"mine{ext}"
+    mine.write_bytes(b"the user's own file")
+    with pytest.raises(ValueError, match=rf"mine\{ext}: exists and was not written by WanCore.*--overwrite"):
+        write_video(_video(), mine, metadata=META)
+    assert mine.read_bytes() == b"the user's own file"
+    write_video(_video(), mine, metadata=META, overwrite=True)
+    assert read_metadata(mine) == META
+    write_video(_video(), mine, metadata={"prompt": "again"})  # its own output: a rerun replaces it
+    assert read_metadata(mine) == {"prompt": "again"}
+
+
+def test_link_at_the_output_path_is_refused(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "x.gif"
+    link.symlink_to(tmp_path / "elsewhere" / "target.gif")  # dangling: writing would create the target
+    with pytest.raises(ValueError, match="exists and was not written by WanCore"):
+        write_video(_video(), link)
+    assert not (tmp_path / "elsewhere" / "target.gif").exists()
+
+
+def test_nul_in_output_path_is_refused_before_writing(tmp_path):
+    with pytest.raises(ValueError, match="NUL byte"):
+        write_video(_video(), str(tmp_path / "real.gif") + "\0.gif")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_refuses_to_overwrite_a_users_file_with_exit_2(tmp_path, capsys):
+    mine = tmp_path / "x.gif"
+    mine.write_bytes(b"keep me")
+    args = ["generate", "--preset", "tiny-random", "--prompt", "a fox", "--out", str(mine), "--frames", "5",
+            "--width", "32", "--height", "32", "--steps", "1", "--guidance", "1"]
+    assert main(args) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err[-1].startswith("error: --out") and "not written by WanCore" in err[-1]
+    assert mine.read_bytes() == b"keep me"
+    assert main([*args, "--overwrite"]) == 0
+    assert read_metadata(mine)["prompt"] == "a fox"
+
+
+def test_read_metadata_returns_a_dict_or_none(tmp_path):
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    for name, text in (("list", "[1, 2]"), ("number", "1e400"), ("deep", "[" * 200000 + "]" * 200000),
+                       ("broken", "{")):
+        info = PngInfo()
+        info.add_text("wancore", text)
+        Image.new("RGB", (2, 2)).save(tmp_path / f"{name}.png", pnginfo=info)
+        assert read_metadata(tmp_path / f"{name}.png") is None, name
+
+
+def test_read_metadata_of_a_bomb_png_is_a_value_error(tmp_path):
+    from ..i2v.test_load_image import bomb_png
+
+    with pytest.raises(ValueError, match="bomb.png: image too large"):
+        read_metadata(bomb_png(tmp_path / "bomb.png"))

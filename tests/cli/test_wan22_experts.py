@@ -48,6 +48,9 @@ def files(tmp_path_factory):
     _save(WanDiT(i2v), out["i2v_high"])
     _save(WanDiT(i2v), out["i2v_low"])
     _save(vae.model, out["vae"])
+    torch.manual_seed(3)
+    out["wide_low"] = root / "other_low_noise_wide.safetensors"
+    _save(WanDiT(dit.config.replace(dim=128, num_heads=4)), out["wide_low"])
     sd = {k: v.contiguous() for k, v in te.model.state_dict().items() if k != "encoder.embed_tokens.weight"}
     sd["spiece_model"] = torch.frombuffer(bytearray(tiny_tokenizer_bytes()), dtype=torch.uint8)
     save_file(sd, out["te"])
@@ -191,6 +194,9 @@ def test_i2v_a14b_settings_follow_the_image():
      "--last-image with --dit-high/--dit-low"),
     (["--dit-high", "{i2v_high}", "--dit-low", "{low}", "--image", "{image}"], "differ in latent channels in"),
     (["--dit", "{high}", "--lora-low", "{lora}"], "--lora-low applies to one of the two A14B experts"),
+    (["--dit-high", "{low}", "--dit-low", "{high}"], "is the low-noise expert and --dit-low"),
+    (["--dit-high", "{low}", "--dit-low", "{wide_low}"], "--dit-high {low} is named as the low-noise expert"),
+    (["--dit-high", "{high}", "--dit-low", "{wide_low}"], "differ in width (64 vs 128)"),
     (["--dit-high", "{high}", "--dit-low", "{low}", "--lora-high", "missing.safetensors"],
      "--lora-high missing.safetensors: no such file"),
 ])
@@ -200,7 +206,7 @@ def test_bad_expert_requests_one_line(files, tmp_path, capsys, flags, message):
                  "--out", str(tmp_path / "x.webp"), *SIZE])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert code == 2 and len(err) == 1, err
-    assert message in err[0], err
+    assert message.format(**{k: str(v) for k, v in files.items()}) in err[0], err
 
 
 def test_move_and_release_of_swapped_experts():

@@ -61,3 +61,27 @@ def test_the_fp16_demo_dit_computes_in_fp32_on_cpu():
     request = resolve(build_parser().parse_args(["generate", "--prompt", "a", "--out", "x.mp4", "--dtype", "bf16"]))
     dit = load_models(request, torch.device("cpu"), files=demo_files())[0]
     assert dit.head.head.weight.dtype == torch.bfloat16  # an explicit choice stays
+
+
+def test_sizes_outside_training_get_one_note_line(monkeypatch, capsys, tmp_path):
+    """The CLI says in one line, before loading, that the demo model never saw 832x480 at 201 frames."""
+    from wan_core.cli import main
+    from wan_core.cli.errors import UsageError
+    from wan_core.demo.data import FRAME_COUNTS, SIZES, untrained_size_note
+
+    assert all(untrained_size_note(w, h, f) is None for w, h in SIZES for f in FRAME_COUNTS)
+    assert untrained_size_note(DEMO_DEFAULTS.width, DEMO_DEFAULTS.height, DEMO_DEFAULTS.frames) is None
+
+    def stop():
+        raise UsageError("stopped before loading")
+
+    monkeypatch.setattr("wan_core.cli.models.demo_files", stop)
+    for size, noted in ((("832", "480", "201"), True), (("64", "64", "17"), False), (("64", "64", "33"), True)):
+        code = main(["generate", "--preset", "demo", "--prompt", "a red circle moving left", "--out",
+                     str(tmp_path / "x.webp"), "--width", size[0], "--height", size[1], "--frames", size[2]])
+        err = capsys.readouterr().err
+        assert code == 2 and "stopped before loading" in err
+        notes = [line for line in err.splitlines() if "demo model was trained at" in line]
+        assert len(notes) == (1 if noted else 0), err
+        if noted:
+            assert f"{size[0]}x{size[1]}, {size[2]} frames is outside that" in notes[0]

@@ -188,3 +188,43 @@ def test_lora_with_block_swap(merge):
     remove_loras(swapped)
     with torch.no_grad():
         assert torch.equal(swapped(x, t, ctx), plain)
+
+
+class _Boom(RuntimeError):
+    pass
+
+
+def _fail_once(module):
+    """A forward pre-hook on ``module`` that raises once (an out-of-memory inside a swapped block, say)."""
+    def hook(mod, args):
+        handle.remove()
+        raise _Boom("out of memory")
+    handle = module.register_forward_pre_hook(hook)
+
+
+@pytest.mark.parametrize("change", ["remove", "strength"])
+def test_lora_after_error_in_swapped_block(change):
+    """An error inside a swapped block while a merged LoRA is active leaves the block's working copy resident;
+    removing the LoRA (or changing its strength) must still reach the stored copy the next run brings back."""
+    from wan_core.memory.swap import enable_block_swap
+
+    x, t, ctx = inputs()
+    lora = official_file(random_lora(seed=11, bias=True))
+    reference, swapped = tiny(seed=4), tiny(seed=4)
+    enable_block_swap(swapped, 1, prefetch=0, device="cpu", offload_device="cpu")
+    view = with_lora(swapped, prepare_lora(swapped, lora, strength=1.0))
+    activate_loras(view)
+    _fail_once(swapped.blocks[1].ffn)
+    with torch.no_grad(), pytest.raises(_Boom):
+        view(x, t, ctx)
+    if change == "remove":
+        remove_loras(swapped)
+        target = swapped
+    else:
+        target = with_lora(swapped, prepare_lora(swapped, lora, strength=0.5))
+        activate_loras(target)
+        apply_lora(reference, lora, strength=0.5)
+    with torch.no_grad():
+        expected = reference(x, t, ctx)
+        assert torch.equal(target(x, t, ctx), expected)
+        assert torch.equal(target(x, t, ctx), expected)

@@ -129,3 +129,66 @@ def kohya_file_of_one() -> dict:
     from .helpers import kohya_file
 
     return kohya_file(random_lora(names={"blocks.0.ffn.2"}))
+
+
+def _poisoned(kind: str) -> dict:
+    sd = official_file(random_lora(names={"blocks.0.ffn.0", "blocks.1.self_attn.q"}))
+    key = "diffusion_model.blocks.1.self_attn.q.lora_B.weight"
+    if kind == "nan":
+        sd[key][3, 1] = float("nan")
+    elif kind == "inf":
+        sd[key][0, 0] = float("inf")
+    elif kind == "alpha":
+        sd["diffusion_model.blocks.1.self_attn.q.alpha"] = torch.tensor(float("inf"))
+    elif kind == "diff":
+        sd = {"diffusion_model.blocks.0.norm3.diff": torch.full((64,), float("-inf"))}
+    return sd
+
+
+@pytest.mark.parametrize("merge", [True, False], ids=["merged", "unmerged"])
+@pytest.mark.parametrize("kind, pattern", [
+    ("nan", r"blocks\.1\.self_attn\.q\.lora_B\.weight holds NaN/Inf values \(1 of 256\)"),
+    ("inf", r"blocks\.1\.self_attn\.q\.lora_B\.weight holds NaN/Inf values \(1 of 256\)"),
+    ("alpha", r"blocks\.1\.self_attn\.q\.alpha holds NaN/Inf"),
+    ("diff", r"blocks\.0\.norm3\.diff holds NaN/Inf values \(64 of 64\)"),
+])
+def test_nonfinite_lora_is_refused_naming_file_and_key(tmp_path, kind, pattern, merge):
+    path = tmp_path / f"{kind}.safetensors"
+    save_file(_poisoned(kind), path)
+    m = model()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    with pytest.raises(LoraError, match=rf"^{kind}\.safetensors: .*{pattern}") as err:
+        apply_lora(m, path, merge=merge)
+    assert "\n" not in str(err.value)
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())  # nothing was touched
+
+
+def test_infinite_header_alpha_is_refused(tmp_path):
+    import json
+
+    path = tmp_path / "peft.safetensors"
+    sd = official_file(random_lora(names={"blocks.0.ffn.0"}, alpha=None))
+    save_file(sd, path, metadata={"lora_adapter_metadata": json.dumps({"transformer.lora_alpha": float("inf")})})
+    with pytest.raises(LoraError, match=r"peft\.safetensors: the alpha of .*blocks\.0\.ffn\.0.* must be a finite"):
+        apply_lora(model(), path)
+
+
+@pytest.mark.parametrize("strength", [1e39, -1e39, 100.5, True])
+def test_huge_strength_is_a_value_error_naming_the_range(strength):
+    with pytest.raises(ValueError, match=r"strength must be a finite number from -100 to 100"):
+        apply_lora(model(), official_file(random_lora(names={"blocks.0.ffn.0"})), strength=strength)
+
+
+def test_largest_strength_is_applied_finite():
+    m = model()
+    apply_lora(m, official_file(random_lora(names={"blocks.0.ffn.0"})), strength=-100.0)
+    assert torch.isfinite(m.blocks[0].ffn[0].weight).all()
+
+
+def test_deeply_nested_header_metadata_is_ignored(tmp_path):
+    """The PEFT header is untrusted text too: 200k-deep JSON reads as no header alpha, not a RecursionError."""
+    path = tmp_path / "deep.safetensors"
+    save_file(official_file(random_lora(names={"blocks.0.ffn.0"})), path,
+              metadata={"lora_adapter_metadata": "[" * 200000 + "]" * 200000})
+    applied = apply_lora(model(), path)
+    assert applied.parameters == 1

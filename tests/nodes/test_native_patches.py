@@ -496,3 +496,86 @@ def test_wan_attention_cache_through_the_override(mode):
         old = anchor - 2
         assert torch.allclose(self_outs[s], self_outs[anchor] + 0.5 * (self_outs[anchor] - self_outs[old]), atol=1e-6)
     assert "self-attention reused" in run.finish()
+
+
+class TinyNative364(TinyNative):
+    """The same forward without ``transformer_options["total_blocks"]`` (ComfyUI 0.3.64 never sets it)."""
+
+    def forward(self, x, t, context, clip_fea=None, time_dim_concat=None, transformer_options=None):
+        to = transformer_options
+        h = self.patch_embedding(x).flatten(2).transpose(1, 2)
+        h = h + context.mean(dim=(1, 2)).view(-1, 1, 1)
+        replace = to.get("patches_replace", {}).get("dit", {})
+        for i, block in enumerate(self.blocks):
+            to["block_index"] = i
+
+            def original(args, block=block):
+                return {"img": args["img"] + torch.tanh(block(args["img"]))}
+
+            h = replace[("double_block", i)]({"img": h, "transformer_options": to}, {"original_block": original})["img"]
+        return h.transpose(1, 2).reshape(x.shape[0], 8, *x.shape[2:])[:, :1].expand_as(x) + x
+
+
+def _magcache_outputs(dm, steps=8):
+    cal = Calibration(model=None, steps=steps, mag_cond=(1.0,) * steps, mag_uncond=(1.0,) * steps)
+    run = NativeCache(CacheConfig.preset("magcache", threshold=5.0, calibration=cal)).start(
+        native.native_config(dm), steps, 1.0)
+    patches = {("double_block", i): native.block_patch(i) for i in range(3)}
+    ex = Executor(dm, class_obj=dm)
+    sig = sample_sigmas(steps)
+    x = torch.randn(1, 16, 1, 2, 2, generator=torch.Generator().manual_seed(1))
+    outs = []
+    for i in range(steps):
+        to = {"sigmas": sig[i:i + 1], "sample_sigmas": sig, "cond_or_uncond": [0], "wancore_cache": run,
+              "patches_replace": {"dit": patches}}
+        outs.append(native.diffusion_model_wrapper(ex, x * (1 - 0.05 * i), sig[i:i + 1] * 1000, torch.ones(1, 3, 8),
+                                                   None, None, to))
+    status = [s["cond"] for s in run.report.status]
+    run.finish()
+    return outs, status
+
+
+def test_block_stack_reuse_without_total_blocks_uses_the_models_block_count():
+    """ComfyUI 0.3.64 sets no ``total_blocks``: the residual reused must still be the whole stack's (the same
+    outputs as under 0.33.0, which sets it), not block 0's."""
+    torch.manual_seed(0)
+    old = TinyNative()
+    new = TinyNative364()
+    new.load_state_dict(old.state_dict())
+    outs_old, st_old = _magcache_outputs(old)
+    outs_new, st_new = _magcache_outputs(new)
+    assert "reused" in st_old and st_old == st_new
+    for a, b in zip(outs_old, outs_new):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+
+
+def test_native_cache_node_texts_name_only_what_it_has():
+    """The native node has no 'exact' (ComfyUI's forward has no text K/V cache), its threshold is used by
+    teacache / magcache / easycache only, and a calibration is pasted into the node of the run."""
+    from nodes.native import specs as native_specs
+
+    spec = next(s for s in native_specs.NODES if s.node_id == "WanCoreNativeCache")
+    inputs = {i.name: i for i in spec.inputs}
+    assert "exact" not in inputs["method"].tooltip and "exact" not in inputs["method"].options
+    assert "wan and calibrate have no threshold" in inputs["threshold"].tooltip
+    from wan_core.cache.report import CacheReport
+
+    report = CacheReport("calibrate", 2, ("cond",))
+    report.calibration = Calibration(model=None, steps=2, mag_cond=(1.0, 0.9))
+    assert "WanCoreCache" not in report.text() and "cache node of this run" in report.text()
+
+
+@pytest.mark.parametrize("cuda, installed, want", [(False, False, "sdpa"), (False, True, "sdpa"),
+                                                   (True, False, "sdpa"), (True, True, "sage")])
+def test_native_attention_auto_runs_sage_only_where_its_kernel_runs(monkeypatch, cuda, installed, want):
+    """The default backend: without the SageAttention kernel, sage falls back to int8 in torch (a warning on
+    every run, several times slower than sdpa), so auto takes ComfyUI's own attention there."""
+    from nodes.native import specs as native_specs
+
+    spec = next(s for s in native_specs.NODES if s.node_id == "WanCoreNativeAttention")
+    assert {i.name: i for i in spec.inputs}["backend"].default == "auto"
+    monkeypatch.setattr(native_specs.host, "torch_device", lambda: torch.device("cuda" if cuda else "cpu"))
+    monkeypatch.setattr(native_specs, "sage_kernel_installed", lambda: installed)
+    assert native_specs.attention_override("auto", "osp13", 4).backend == want
+    assert native_specs.attention_override("auto", "none", 4).is_noop == (want == "sdpa")
+    assert native_specs.validate_attention(backend="auto") is True

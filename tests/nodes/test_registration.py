@@ -280,3 +280,17 @@ def test_real_comfyui_calls_validators_through_v3(nodes, models_dir):
     bad = {k: v for k, v in {"width": 832, "height": 480, "frames": 80, "batch_size": 1}.items() if k in args}
     assert "77 or 81" in fn(**bad)
     assert fn(**{**bad, "frames": 81}) is True
+
+
+def test_node_names_and_categories_are_consistent(nodes):
+    """Display names: "WanCore " then words with small connectives ("Image to Video", "Embeds to Conditioning");
+    loaders only for nodes that read files: the Context Parallel and MoE nodes change a model (WanCore/model)."""
+    import re
+
+    for spec in nodes.NODE_SPECS:
+        assert spec.display_name.startswith("WanCore "), spec.display_name
+        assert not re.search(r" (To|Of|And|For) ", spec.display_name), spec.display_name
+        reads_files = spec.node_id.endswith("Loader") or spec.node_id == "WanCoreLoRA"
+        assert (spec.category == "WanCore/loaders") == reads_files, (spec.node_id, spec.category)
+    categories = {s.node_id: s.category for s in nodes.NODE_SPECS}
+    assert categories["WanCoreContextParallel"] == categories["WanCoreMoE"] == "WanCore/model"

@@ -401,6 +401,7 @@ def tiny_models_dir(tmp_path_factory, build, pack):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANCORE_MODELS_DIR", str(root))
         mp.setenv("WANCORE_QUIET", "1")
+        mp.setenv("WANCORE_CPU_PROCESSES", "2")  # t2v_multi_gpu runs on a 2-process CPU pool (allowed for tests)
         yield root
 
 

@@ -63,7 +63,8 @@ def _run(dit, seed: int, callback=None):
         return WanPipeline(dit=dit).sample_latents([ctx[0]], [ctx[1]], cfg, callback=callback)
 
 
-def test_pool_two_prompts_kill_and_restart(model_file):
+def test_pool_two_prompts_kill_and_restart(model_file, monkeypatch):
+    monkeypatch.setenv("WANCORE_CPU_PROCESSES", "2")  # CPU workers for this test (off on a CPU-only server)
     dit = wan_core.load_dit(str(model_file))
     refs = {seed: _run(dit, seed) for seed in (1, 2)}
     from nodes import parallel as parallel_node
@@ -129,7 +130,8 @@ def test_pool_two_prompts_kill_and_restart(model_file):
     assert not any(p.is_alive() for p in procs) and not dist.is_initialized()
 
 
-def test_pool_refuses_bad_layouts(model_file):
+def test_pool_refuses_bad_layouts(model_file, monkeypatch):
+    monkeypatch.setenv("WANCORE_CPU_PROCESSES", "2")
     dit = wan_core.load_dit(str(model_file))
     heads = dit.config.num_heads
     with pytest.raises(ValueError, match=f"ulysses=3 does not divide the model's {heads} attention heads"):
@@ -193,3 +195,81 @@ def test_rank0_failure_mid_run_stops_the_workers(model_file):
         assert not any(p.is_alive() for p in pool.procs)
     finally:
         shutdown_pools()
+
+
+@pytest.mark.parametrize("allowed", [None, "", "1", "x", "3"])
+def test_cpu_only_server_starts_no_more_processes_than_allowed(model_file, monkeypatch, allowed):
+    """An API client asking for many devices on a server without GPUs: refused before and when run, no process
+    started (each would load the whole model); CPU workers only up to the server's WANCORE_CPU_PROCESSES."""
+    import multiprocessing
+
+    from nodes import parallel as parallel_node
+
+    if allowed is None:
+        monkeypatch.delenv("WANCORE_CPU_PROCESSES", raising=False)
+    else:
+        monkeypatch.setenv("WANCORE_CPU_PROCESSES", allowed)
+    cap = min(3, os.cpu_count() or 1) if allowed == "3" else 1  # never more than the machine's CPUs
+    monkeypatch.setattr(parallel_node.host, "torch_device", lambda: torch.device("cpu"))  # a CPU-only server
+    verdict = parallel_node.validate_parallel(devices=4, ulysses=2, ring=2)
+    assert isinstance(verdict, str) and "devices=4 but this server has no GPU" in verdict, verdict
+    assert f"WANCORE_CPU_PROCESSES={cap}" in verdict
+    before = set(multiprocessing.active_children())
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a worker pool was started")
+
+    monkeypatch.setattr(parallel_node, "get_pool", no_pool)
+    dit = wan_core.load_dit(str(model_file))
+    with pytest.raises(ValueError, match="devices=4 but this server has no GPU"):
+        parallel_node.apply(dit, devices=4, ulysses=2, ring=2)
+    if cap == 1:
+        assert "no GPU" in str(parallel_node.validate_parallel(devices=2, ulysses=2))
+    assert set(multiprocessing.active_children()) == before
+
+
+SERVER_MAIN = '''
+import sys
+if __name__ != "__main__":  # what ComfyUI 0.33.0's main.py amounts to when a spawned worker re-runs it
+    raise ImportError("the server's main.py was re-run in a worker ('utils' is not a package)")
+import importlib.util
+import os
+
+root, model_file, shadow = sys.argv[1:4]
+sys.path.insert(0, shadow)  # a folder of the server's own modules first on the path, as comfy/ was
+spec = importlib.util.spec_from_file_location("custom_nodes_x_wancore", os.path.join(root, "__init__.py"),
+                                              submodule_search_locations=[root])
+pack = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = pack
+spec.loader.exec_module(pack)
+import wan_core
+from wan_core.parallel import shutdown_pools
+
+parallel = importlib.import_module("custom_nodes_x_wancore.nodes.parallel")
+dit = wan_core.load_dit(model_file)
+try:
+    (model,) = parallel.apply(dit, devices=2, ulysses=2)
+    print("workers started:", model.parallel_driver.pool.world)
+finally:
+    shutdown_pools()
+'''
+
+
+def test_workers_start_without_rerunning_the_servers_main(model_file, tmp_path):
+    """The node inside a server whose main file cannot run again (ComfyUI 0.33.0 under spawn): the worker starts
+    from wan_core alone, whatever the server's cwd and sys.path."""
+    import subprocess
+    import sys
+
+    main = tmp_path / "server" / "main.py"
+    shadow = tmp_path / "server" / "comfy"
+    shadow.mkdir(parents=True)
+    (shadow / "utils.py").write_text("")
+    main.write_text(SERVER_MAIN)
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["WANCORE_CPU_PROCESSES"] = "2"
+    env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU server: two CPU processes, also on a machine with GPUs
+    res = subprocess.run([sys.executable, str(main), str(root), str(model_file), str(shadow)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=240, env=env, check=False)
+    assert res.returncode == 0 and "workers started: 2" in res.stdout, res.stderr[-3000:]

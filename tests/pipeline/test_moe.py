@@ -129,6 +129,17 @@ def test_mismatched_experts_are_refused():
         WanMoE(a, WanDiT(DIT), boundary=1.5)
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"num_heads": 4}, "differ in attention heads \\(2 vs 4\\)"),
+    ({"dim": 128, "num_heads": 4}, "differ in width \\(64 vs 128\\)"),
+    ({"ffn_dim": 256}, "differ in feed-forward width \\(128 vs 256\\)"),
+    ({"num_layers": 3}, "differ in blocks \\(2 vs 3\\)"),
+])
+def test_experts_of_another_architecture_are_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        WanMoE(WanDiT(DIT), WanDiT(DIT.replace(**change)))
+
+
 def test_i2v_a14b_experts_with_an_image_condition():
     """Wan 2.2 I2V-A14B: two 36-channel experts without a CLIP embedding (boundary 0.9,
     Wan2.2 wan/configs/wan_i2v_A14B.py line 36) sample with the image conditioning passed to both."""

@@ -26,6 +26,11 @@ def _load_sageattn():
     return sageattn, None
 
 
+def sage_kernel_installed() -> bool:
+    """True when the SageAttention package imports here (its kernel then runs on CUDA tensors)."""
+    return _load_sageattn()[0] is not None
+
+
 def sage_kernel_usable(q: torch.Tensor) -> tuple[bool, str]:
     """Whether the CUDA kernel can take this call, and if not, why."""
     fn, reason = _load_sageattn()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..config import DIT_PRESETS, DiTConfig
+from ..estimate import MAX_STEPS
 from .published import MAGCACHE_RATIOS, MAGCACHE_STEPS, MODEL_1_3B, MODEL_14B
 
 __all__ = ["FORMAT", "Calibration", "Calibrator", "ModelSignature", "published_model", "relative_l1"]
@@ -115,6 +116,9 @@ class Calibration:
         except json.JSONDecodeError as e:
             raise ValueError(f"cache calibration: not JSON ({e.msg} at character {e.pos}); paste the text a "
                              f"'calibrate' run reports, or MagCache's list of 2 x steps ratios") from None
+        except RecursionError:
+            raise ValueError("cache calibration: JSON nested too deeply; paste the text a 'calibrate' run "
+                             "reports, or MagCache's list of 2 x steps ratios") from None
         if isinstance(data, list):
             return cls.from_interleaved(data)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -123,7 +127,7 @@ class Calibration:
         try:
             model = data.get("model")
             sig = None if model is None else ModelSignature(**{k: model[k] for k in ("name",) + _SIGNATURE_FIELDS})
-            steps = int(data["steps"])
+            steps = _steps(data["steps"])
             mag = data.get("mag_ratios") or {}
             cond = _floats(mag.get("cond", []), "MagCache cond ratios")
             uncond = _floats(mag.get("uncond", []), "MagCache uncond ratios")
@@ -143,6 +147,14 @@ class Calibration:
             raise ValueError(f"{what}: the table was measured on {self.model.describe()} but the model is "
                              f"{ModelSignature.of(config).describe()}; run method 'calibrate' on this model "
                              f"(or use the published table of a Wan 2.1 T2V 1.3B / 14B model)")
+
+
+def _steps(value) -> int:
+    """The calibration's step count: an integer from 1 to ``MAX_STEPS`` (1e400 or 2.5 are refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or not (
+            1 <= value <= MAX_STEPS) or int(value) != value:
+        raise ValueError(f"cache calibration: \"steps\": {value!r} must be an integer from 1 to {MAX_STEPS}")
+    return int(value)
 
 
 def _floats(values, what: str) -> list[float]:

@@ -134,7 +134,8 @@ class CacheReport:
         """The summary line, the details, and a calibration's JSON when there is one (the node shows this)."""
         out = [self.line(), self.details()]
         if self.calibration is not None:
-            out.append("calibration (paste into WanCoreCache's calibration input): " + self.calibration.to_json())
+            out.append("calibration (paste into the calibration input of the cache node of this run): "
+                       + self.calibration.to_json())
         return "\n".join(out)
 
 

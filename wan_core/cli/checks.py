@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..estimate import SIZE_LIMITS
+from ..estimate import MAX_STEPS, SIZE_LIMITS
 from . import extend, loras, parallel, wan22
 
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 # Accepted ranges (inclusive) besides the sizes (wan_core.estimate.SIZE_LIMITS): seeds as ComfyUI's seed widgets
 # and make_noise, steps as the sampler node, fps as ComfyUI's Create Video node.
-INT_RANGES = {"seed": (0, 2**64 - 1), "steps": (1, 1000), "fps": (1, 120), "skiparse_k": (1, 64),
+INT_RANGES = {"seed": (0, 2**64 - 1), "steps": (1, MAX_STEPS), "fps": (1, 120), "skiparse_k": (1, 64),
               **{k: SIZE_LIMITS[k] for k in ("width", "height", "frames")}}
 
 
@@ -51,7 +51,7 @@ def text_problems(request: "GenerateRequest") -> list[str]:
         prompt_problem(request.prompt, "--prompt"),
         None if request.negative_prompt is None else
         prompt_problem(request.negative_prompt, "--negative-prompt", allow_empty=True)) if problem]
-    where = output_problem(request.out)
+    where = output_problem(request.out, request.overwrite)
     if where:
         out.append(f"--out {request.out!r}: {where}" if not str(request.out).strip() else f"--out {where}")
     return out

@@ -112,6 +112,6 @@ def _write(request: "GenerateRequest", cfg, video, files: dict | None, t0: float
     meta = output_metadata(request, cfg.replace(negative_prompt=negative), files)
     if request.chained:
         meta["extension"] = extend.metadata(request)
-    written = write_video(video[0], request.out, fps=request.fps, metadata=meta)
+    written = write_video(video[0], request.out, fps=request.fps, metadata=meta, overwrite=request.overwrite)
     print(f"wrote {written} ({video.shape[2]} frames, {cfg.width}x{cfg.height}, {request.fps} fps) in "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..estimate import LORA_STRENGTH_LIMIT
+
 if TYPE_CHECKING:
     from .request import GenerateRequest
 
@@ -25,8 +27,9 @@ def parse_lora(spec: str) -> tuple[str, float]:
 
 def lora_problem(spec: str) -> str | None:
     path, strength = parse_lora(spec)
-    if not math.isfinite(strength):
-        return f"--lora {spec}: the strength must be a finite number"
+    if not math.isfinite(strength) or abs(strength) > LORA_STRENGTH_LIMIT:
+        return (f"--lora {spec}: the strength must be a finite number from -{LORA_STRENGTH_LIMIT:g} to "
+                f"{LORA_STRENGTH_LIMIT:g}")
     if not Path(path).expanduser().is_file():
         return f"--lora {spec}: no such file {path!r}"
     return None

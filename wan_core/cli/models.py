@@ -19,6 +19,11 @@ def model_files(request: "GenerateRequest") -> dict | None:
     """The files the request runs (named on stderr when they come from flags or a folder); None for
     tiny-random."""
     if request.preset == "demo":
+        from ..demo.data import untrained_size_note
+
+        note = untrained_size_note(request.width, request.height, request.frames)
+        if note:
+            print(f"wan_core: {note}", file=sys.stderr)
         return demo_files()
     if request.preset == "tiny-random":
         return None

@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--fps", type=int, default=None, help=f"frames per second, {_range('fps')} "
                                                          f"(default {WAN21.fps}; demo {_DEMO.fps})")
     o.add_argument("--tiling", choices=TILING, default="auto", help="VAE decode tiling")
+    o.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out file that WanCore did not write (refused otherwise)")
     t = sub.add_parser("train-demo", help="train the built-in demo model (resumable; see docs/demo_model.md)")
     train_demo.add_arguments(t)
     return p

@@ -100,6 +100,7 @@ class GenerateRequest:
     dit_file: str | None = None
     vae_file: str | None = None
     window_parallel: int = 1  # --window-parallel: context windows of a step spread over this many model replicas
+    overwrite: bool = False  # --out may replace a file WanCore did not write
 
     @property
     def experts(self) -> bool:

@@ -39,15 +39,18 @@ def is_frame_folder(path: str | Path) -> bool:
     return path.suffix == "" or (path.is_dir() and path.suffix.lower() not in OUTPUT_FORMATS)
 
 
-def output_problem(path: str | Path) -> str | None:
+def output_problem(path: str | Path, overwrite: bool = False) -> str | None:
     """One line saying why frames cannot be written to ``path``, or None; checked before generating.
 
-    Refused: an empty path, an unknown extension, a file whose folder is missing or not writable, a path that
-    is an existing folder where a file is wanted (or a file where a folder is wanted), a folder that holds
-    anything but earlier frames (nothing the user made is overwritten), a video format without PyAV.
+    Refused: an empty path or one with a NUL byte, an unknown extension, a file whose folder is missing or not
+    writable, a path that is an existing folder where a file is wanted (or a file where a folder is wanted), a
+    folder that holds anything but earlier frames, an existing file (or link) that ``write_video`` did not
+    write unless ``overwrite`` (nothing the user made is overwritten), a video format without PyAV.
     """
     if not str(path).strip():
         return "the output path is empty; give a file name (e.g. out.mp4) or a folder for PNG frames"
+    if "\0" in str(path):
+        return f"{str(path)!r}: the output path contains a NUL byte"
     path = Path(path)
     ext = path.suffix.lower()
     if is_frame_folder(path):
@@ -66,9 +69,22 @@ def output_problem(path: str | Path) -> str | None:
         return f"{path}: unknown output extension {ext!r}; use {OUTPUT_KINDS}"
     if path.is_dir():
         return f"{path}: is an existing folder; give a file name"
+    if not overwrite and (path.is_symlink() or path.exists()) and not _written_here(path):
+        return (f"{path}: exists and was not written by WanCore; give a new file name (or --overwrite to "
+                f"replace it)")
     if ext in VIDEO_FORMATS and importlib.util.find_spec("av") is None:
         return f"{path}: writing {ext} files needs PyAV: pip install av (or the 'video' extra); .webp/.gif do not"
     return _needs_pillow(path) or _missing_or_unwritable(path.parent)
+
+
+def _written_here(path: Path) -> bool:
+    """True for a regular file (not a link) holding this tool's metadata: a rerun may replace its own output."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        return read_metadata(path) is not None
+    except Exception:  # unreadable or another format behind the extension: not ours
+        return False
 
 
 def _needs_pillow(path: Path) -> str | None:
@@ -103,15 +119,16 @@ def to_uint8_frames(video: torch.Tensor) -> np.ndarray:
 
 
 def write_video(video: torch.Tensor, path: str | Path, fps: int = 16, crf: int = 18,
-                metadata: Mapping[str, Any] | None = None) -> Path:
+                metadata: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
     """Write one video ``[3, T, H, W]`` in [-1, 1] to ``path``; the format follows the extension
     (``OUTPUT_FORMATS``, or no extension for a folder of ``frame_00000.png``...). ``metadata`` (JSON-able:
     prompt, seed, settings) is stored in the file under ``METADATA_KEY``; ``read_metadata`` reads it back.
-    Raises ValueError, before writing anything, for what ``output_problem`` refuses.
+    Raises ValueError, before writing anything, for what ``output_problem`` refuses (``overwrite``: replace an
+    existing file that this function did not write).
     """
     if isinstance(fps, bool) or not isinstance(fps, int) or fps < 1:
         raise ValueError(f"fps={fps!r}: must be an integer >= 1")
-    problem = output_problem(path)
+    problem = output_problem(path, overwrite)
     if problem:
         raise ValueError(problem)
     path = Path(path)
@@ -185,7 +202,9 @@ def _write_animated(frames: np.ndarray, path: Path, fps: int, text: str | None) 
 
 
 def read_metadata(path: str | Path) -> dict | None:
-    """The settings ``write_video`` stored in ``path`` (a video, webp, gif, PNG frame or frames folder), or None."""
+    """The settings ``write_video`` stored in ``path`` (a video, webp, gif, PNG frame or frames folder), or None
+    when it holds none (or something other than a JSON object). Raises ``ValueError`` or ``OSError`` for a file
+    that cannot be read (a decompression bomb included)."""
     path = Path(path)
     text = None
     if path.is_dir():
@@ -199,19 +218,27 @@ def read_metadata(path: str | Path) -> dict | None:
             tags = {k.lower(): v for k, v in container.metadata.items()}  # matroska upper-cases tag names
         text = tags.get(METADATA_KEY)
     elif ext in (".webp", ".gif", ".png"):
-        from PIL import Image
-
-        with Image.open(path) as im:
-            if ext == ".webp":
-                text = im.getexif().get(_EXIF_DESCRIPTION)
-            elif ext == ".gif":
-                raw = im.info.get("comment")
-                text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
-            else:
-                text = im.info.get(METADATA_KEY)  # PNG text chunks
-    if not text:
+        text = _image_comment(path, ext)
+    if not text or not isinstance(text, str):
         return None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
         return None
+    return value if isinstance(value, dict) else None
+
+
+def _image_comment(path: Path, ext: str) -> Any:
+    """The metadata text of a webp (EXIF description), gif (comment) or PNG (text chunk); no pixels decoded."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            if ext == ".webp":
+                return im.getexif().get(_EXIF_DESCRIPTION)
+            if ext == ".gif":
+                raw = im.info.get("comment")
+                return raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
+            return im.info.get(METADATA_KEY)  # PNG text chunks
+    except Image.DecompressionBombError as e:
+        raise ValueError(f"{path}: image too large to read ({e})") from None

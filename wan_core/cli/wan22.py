@@ -43,9 +43,13 @@ def problems(request: "GenerateRequest") -> list[str]:
         out.append("--dit with --dit-high/--dit-low: give the two experts only")
     if request.preset is not None:
         out.append(f"--preset {request.preset} brings its own model: drop --dit-high/--dit-low or the preset")
+    missing = False
     for flag, value in (("--dit-high", request.dit_high), ("--dit-low", request.dit_low)):
         if value and not Path(value).expanduser().exists():
             out.append(f"{flag} {value}: no such file or folder")
+            missing = True
+    if request.dit_high and request.dit_low and not missing:
+        out += _pair_problems(request.dit_high, request.dit_low)
     if request.boundary is not None and not 0.0 < request.boundary < 1.0:
         out.append(f"--boundary {request.boundary}: must lie between 0 and 1 (T2V 0.875, I2V 0.9)")
     low = request.guidance_low
@@ -60,6 +64,36 @@ def problems(request: "GenerateRequest") -> list[str]:
     if request.nag_scale not in (None, 1.0):
         out.append("--nag-scale with --dit-high/--dit-low is not supported yet")
     return out
+
+
+def _pair_problems(high: str, low: str) -> list[str]:
+    """Experts given the wrong way round (their names say which is which) or not of one model (their headers'
+    shapes): both found before either is loaded."""
+    from ..dit.moe import experts_problem
+    from .model_files import expert_from_name
+
+    named = (expert_from_name(high), expert_from_name(low))
+    if named == ("low", "high"):
+        return [f"--dit-high {high} is the low-noise expert and --dit-low {low} the high-noise one (by their "
+                f"names): swap them"]
+    for flag, value, want, said in (("--dit-high", high, "high", named[0]), ("--dit-low", low, "low", named[1])):
+        if said is not None and said != want:
+            return [f"{flag} {value} is named as the {said}-noise expert; give the {want}-noise expert to {flag}"]
+    problem = experts_problem(_header_config(high), _header_config(low), Path(high).name, Path(low).name)
+    return [problem] if problem else []
+
+
+def _header_config(path: str):
+    """A DiT's config from its header alone, or None when it cannot be read (loading reports that)."""
+    from ..checkpoint import is_quant_aux_key
+    from ..config import detect_dit_config
+    from ..dit.loader import official_state_dict
+
+    try:
+        sd = official_state_dict(Path(path).expanduser())
+        return detect_dit_config({k: sd.shape(k) for k in sd if not is_quant_aux_key(k)})
+    except Exception:  # unreadable or not a DiT: loading names the problem in its own words
+        return None
 
 
 def _single_dit_problems(request: "GenerateRequest") -> list[str]:

@@ -34,6 +34,18 @@ SIZE_WEIGHTS = (0.6, 0.2, 0.2)
 FRAME_COUNTS = (9, 17)
 FRAME_WEIGHTS = (0.35, 0.65)
 
+
+def untrained_size_note(width: int, height: int, frames: int) -> str | None:
+    """One line saying that ``width x height``, ``frames`` lies outside the sizes the demo model was trained at
+    (``SIZES``, ``FRAME_COUNTS``), or None inside them: such a run works but shows what it was never taught."""
+    if (width, height) in SIZES and frames in FRAME_COUNTS:
+        return None
+    sizes = ", ".join(f"{w}x{h}" for w, h in SIZES)
+    counts = " or ".join(str(f) for f in FRAME_COUNTS)
+    return (f"note: the demo model was trained at {sizes} with {counts} frames; {width}x{height}, {frames} frames "
+            f"is outside that: it runs, but expect a poor result (docs/demo_model.md)")
+
+
 # Share of clips with two objects. 0.5 with 16,000 clips (8,000 two-object clips against 2,800) scored lower on
 # the same VAE (55.8 % of 120 held-out pairs against 77.5 %, two objects 16.7 against 20.8 %, docs/demo_model.md)
 TWO_OBJECT_SHARE = 0.35
@@ -238,5 +250,5 @@ def make_clip(seed: int, **kwargs) -> tuple[torch.Tensor, str]:
 
 
 __all__ = ["COLOURS", "SHAPES", "DIRECTIONS", "SIZES", "FRAME_COUNTS", "HELD_OUT", "HELD_OUT_TWO_OBJECT",
-           "held_out", "TRAIN_SEED_LIMIT", "MovingObject", "ClipSpec", "clip_spec", "caption_of", "parse_caption",
-           "render", "make_clip", "training_seeds", "training_spec"]
+           "untrained_size_note", "held_out", "TRAIN_SEED_LIMIT", "MovingObject", "ClipSpec", "clip_spec",
+           "caption_of", "parse_caption", "render", "make_clip", "training_seeds", "training_spec"]

@@ -96,17 +96,32 @@ class WanMoE(nn.Module):
         return self.expert(self.expert_name(t_max))(x, t, context, **kwargs)
 
 
-def check_experts(high: nn.Module, low: nn.Module) -> None:
-    """Both experts must take the same latents and text: one-line ``ValueError`` naming both otherwise."""
-    a, b = getattr(high, "config", None), getattr(low, "config", None)
+# what the two experts of one A14B model share: the latents and text they take and their architecture
+_SHARED = (("in_dim", "latent channels in"), ("out_dim", "latent channels out"), ("text_dim", "text width"),
+           ("patch_size", "patch size"), ("dim", "width"), ("ffn_dim", "feed-forward width"),
+           ("num_heads", "attention heads"), ("num_layers", "blocks"))
+
+
+def experts_problem(a, b, high: str, low: str) -> str | None:
+    """One line saying how the configs ``a`` (high-noise expert ``high``) and ``b`` (``low``) cannot be one
+    A14B pair, or None (also None when a config is unknown). Used on loaded models and on file headers."""
     if a is None or b is None:
-        return
-    for field, what in (("in_dim", "latent channels in"), ("out_dim", "latent channels out"),
-                        ("text_dim", "text width"), ("patch_size", "patch size")):
+        return None
+    for field, what in _SHARED:
         va, vb = getattr(a, field, None), getattr(b, field, None)
         if va != vb:
-            raise ValueError(f"the high-noise expert {_describe(high)} and the low-noise expert {_describe(low)} "
-                             f"differ in {what} ({va} vs {vb}); use the two experts of one Wan 2.2 A14B model")
+            return (f"the high-noise expert {high} and the low-noise expert {low} differ in {what} ({va} vs {vb}); "
+                    f"use the two experts of one Wan 2.2 A14B model")
+    return None
+
+
+def check_experts(high: nn.Module, low: nn.Module) -> None:
+    """Both experts must take the same latents and text and share one architecture: one-line ``ValueError``
+    naming both otherwise."""
+    problem = experts_problem(getattr(high, "config", None), getattr(low, "config", None), _describe(high),
+                              _describe(low))
+    if problem:
+        raise ValueError(problem)
 
 
 def experts(model) -> list[tuple[str, nn.Module]]:

@@ -4,6 +4,7 @@ and the CLIP tokens, which the sampler passes to the DiT at every step.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -193,20 +194,42 @@ def official_size(image_height: int, image_width: int, max_area: int = 832 * 480
 
 def load_image(path) -> torch.Tensor:
     """An image file (PNG, JPEG, WebP, ...) -> IMAGE ``[1, H, W, 3]`` float32 in [0, 1] (alpha dropped, palette and
-    greyscale converted to RGB). One-line ``ValueError`` for a missing or unreadable file."""
+    greyscale converted to RGB; 16-bit and float greyscale kept at their full range). One-line ``ValueError``
+    for a missing, unreadable or oversized file (more pixels than Pillow's decompression-bomb limit)."""
     from pathlib import Path
 
     p = Path(path).expanduser()
-    if not p.is_file():
+    if "\0" in str(p) or not p.is_file():
         raise ValueError(f"{p}: no such image file")
     try:
         from PIL import Image, UnidentifiedImageError
     except ModuleNotFoundError:
         raise ValueError("reading an image needs Pillow: pip install Pillow") from None
+    limit = Image.MAX_IMAGE_PIXELS
     try:
-        with Image.open(p) as im:
-            rgb = im.convert("RGB")
-    except (UnidentifiedImageError, OSError) as e:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, with the size
+            with Image.open(p) as im:
+                if limit is not None and im.width * im.height > limit:
+                    raise Image.DecompressionBombError(f"{im.width}x{im.height}")
+                return _image_tensor(im)
+    except Image.DecompressionBombError:
+        raise ValueError(f"{p}: image too large (more than {limit} pixels, the decompression-bomb limit); "
+                         f"give a smaller image") from None
+    except (UnidentifiedImageError, OSError, SyntaxError) as e:
         raise ValueError(f"{p}: not a readable image ({type(e).__name__})") from None
+
+
+def _image_tensor(im) -> torch.Tensor:
+    """An open PIL image -> ``[1, H, W, 3]`` float32 in [0, 1]. 16-bit ("I;16*", "I") and float ("F") greyscale
+    are scaled from their own range: ``convert("RGB")`` would clip them to 255 (mid-grey read as white)."""
+    import numpy as np
+
+    if im.mode.startswith("I;16") or im.mode in ("I", "F"):
+        grey = np.asarray(im).astype(np.float32)
+        grey = grey if im.mode == "F" else grey / 65535.0
+        data = torch.from_numpy(np.ascontiguousarray(grey)).clamp(0, 1)
+        return data[None, :, :, None].expand(1, im.height, im.width, 3).contiguous()
+    rgb = im.convert("RGB")
     data = torch.frombuffer(bytearray(rgb.tobytes()), dtype=torch.uint8).view(rgb.height, rgb.width, 3)
     return data.float().div(255)[None]

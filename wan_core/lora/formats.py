@@ -75,7 +75,7 @@ def _header_alpha(metadata: dict) -> tuple[float | None, dict[str, float]]:
         return None, {}
     try:
         meta = json.loads(raw) if isinstance(raw, str) else dict(raw)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return None, {}
     alpha = meta.get("transformer.lora_alpha", meta.get("lora_alpha"))
     pattern = meta.get("transformer.alpha_pattern", meta.get("alpha_pattern")) or {}

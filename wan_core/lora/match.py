@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 
 from ..checkpoint import CheckpointError, describe_keys
+from ..numerics import nonfinite_count
 from .formats import LoraFile
 from .names import OTHER_ADAPTERS, i2v_names, is_i2v_layer, kohya_table, official_layer
 
@@ -197,8 +198,25 @@ def match_lora(lora: LoraFile, model: nn.Module) -> tuple[list[Patch], list[tupl
                 what = "LoCon/Tucker mid weights" if role == "mid" else "DoRA magnitudes"
                 m.why[lora.key(layer, role)] = f"{what} are not supported"
     _refuse(lora, model, m.patches, m.missing)
+    _refuse_nonfinite(lora, [p for p, _ in m.patches], m.consumed)
     unused = [(k, m.why.get(k, "patches nothing in this model")) for k in lora.all_keys() if k not in m.consumed]
     return [p for p, _ in m.patches], unused
+
+
+def _refuse_nonfinite(lora: LoraFile, patches: list[Patch], consumed: set[str]) -> None:
+    """NaN/Inf in a tensor the LoRA applies (``consumed`` keys), or a non-finite alpha (in the file or its
+    header), would make every output NaN: refused here, naming the LoRA and the key, as the model loaders
+    refuse such weights."""
+    for (layer, role), key in lora.keys.items():
+        t = lora.layers[layer][role]
+        bad = nonfinite_count(t) if key in consumed else 0
+        if bad:
+            raise LoraError(f"{lora.name}: {key} holds NaN/Inf values ({bad} of {t.numel()}); the LoRA file is "
+                            f"corrupt or was saved from a diverged training run")
+    for patch in patches:
+        if not math.isfinite(patch.scale):
+            raise LoraError(f"{lora.name}: the alpha of {patch.key} makes its scale {patch.scale}; alpha must be a "
+                            f"finite number (the file or its header is corrupt)")
 
 
 def _refuse(lora: LoraFile, model: nn.Module, patches, missing) -> None:

@@ -11,13 +11,16 @@ checkpoint. ``with_lora`` makes such a view (a shallow copy sharing every weight
 from __future__ import annotations
 
 import copy
+import os
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch.nn as nn
 
 from ..checkpoint import Source
 from ..dit.runtime import runtime_of, update_runtime
+from ..estimate import LORA_STRENGTH_LIMIT
 from .branch import LoraBranch, can_branch
 from .formats import LoraFile, read_lora
 from .match import Patch, match_lora
@@ -84,8 +87,12 @@ def prepare_lora(model: nn.Module, src: Source | LoraFile, strength: float = 1.0
                  warn: bool = True) -> AppliedLora:
     """Read and match a LoRA against ``model`` without touching the weights (errors raised here). Unused keys
     are reported with a :class:`LoraWarning` unless ``warn=False``."""
-    if not isinstance(strength, (int, float)) or strength != strength or abs(strength) == float("inf"):
-        raise ValueError(f"LoRA strength must be a finite number, got {strength!r}")
+    if (isinstance(strength, bool) or not isinstance(strength, (int, float)) or strength != strength
+            or abs(strength) > LORA_STRENGTH_LIMIT):
+        name = src.name if isinstance(src, LoraFile) else (
+            Path(src).name if isinstance(src, (str, os.PathLike)) else "<state dict>")
+        raise ValueError(f"LoRA {name}: strength must be a finite number from -{LORA_STRENGTH_LIMIT:g} to "
+                         f"{LORA_STRENGTH_LIMIT:g}, got {strength!r}")
     lora = src if isinstance(src, LoraFile) else read_lora(src)
     patches, unused = match_lora(lora, model)
     applied = AppliedLora(lora, float(strength), bool(merge), patches, unused)
@@ -131,10 +138,16 @@ def activate_loras(model: nn.Module) -> None:
     """Make the weights carry exactly ``model``'s wanted LoRAs (a no-op when they already do).
 
     LoRAs added at the end of the stack are applied on top; any other change restores the original weights
-    from the backups and applies the whole stack again."""
+    from the backups and applies the whole stack again. Swapped blocks left resident by a run that stopped
+    inside one are settled first, so the change lands on the copies every later run reads."""
     state = lora_state(model)
     want = wanted_loras(model)
     done = state.applied
+    if len(done) == len(want) and all(a is b for a, b in zip(done, want)):
+        return
+    swap = runtime_of(model).block_swap
+    if swap is not None:
+        swap.settle()
     if len(done) <= len(want) and all(a is b for a, b in zip(done, want)):
         for applied in want[len(done):]:
             _apply_one(model, state, applied)

@@ -257,6 +257,13 @@ class BlockSwap:
         slot.event = None
         slot.resident = False
 
+    def settle(self) -> None:
+        """Point every swapped block back at its stored copy: after a run stopped inside a block (an error, an
+        interruption) its working copy stays resident, and a weight change (a LoRA merged or restored) made
+        there would be lost while the stored copy, which the next run brings back, kept the old weights."""
+        for slot in self._slots.values():
+            self._drop(slot)
+
     def resident(self) -> list[int]:
         """Indices of the swapped blocks now on the compute device."""
         return [i for i, s in self._slots.items() if s.resident]
