@@ -24,9 +24,9 @@ MAX_HEADER_BYTES = 100 * 2**20  # the cap safetensors itself applies; real heade
 # Element size in bits of every dtype code the format defines (sub-byte types included, so their sizes can
 # still be checked); the torch dtype where this torch build has one.
 DTYPE_BITS = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
-    "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "I64": 64, "U64": 64, "F64": 64, "F4": 4,
-    "F6_E2M3": 6, "F6_E3M2": 6,
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E5M2FNUZ": 8, "F8_E4M3FNUZ": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "I64": 64, "U64": 64,
+    "F64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
 TORCH_DTYPES: dict[str, torch.dtype] = {code: dt for code, dt in {
     "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "I32": torch.int32,
@@ -34,6 +34,7 @@ TORCH_DTYPES: dict[str, torch.dtype] = {code: dt for code, dt in {
     "U16": getattr(torch, "uint16", None), "U32": getattr(torch, "uint32", None),
     "U64": getattr(torch, "uint64", None), "C64": torch.complex64,
     "F8_E4M3": getattr(torch, "float8_e4m3fn", None), "F8_E5M2": getattr(torch, "float8_e5m2", None),
+    "F8_E4M3FNUZ": getattr(torch, "float8_e4m3fnuz", None), "F8_E5M2FNUZ": getattr(torch, "float8_e5m2fnuz", None),
     "F8_E8M0": getattr(torch, "float8_e8m0fnu", None),
 }.items() if dt is not None}
 
