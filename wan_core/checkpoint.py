@@ -6,6 +6,7 @@ the file and the problem. Model-specific key maps live beside each model (``dit/
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -17,6 +18,7 @@ from typing import Any, Union
 import torch
 
 from .numerics import nonfinite_count
+from .safetensors_file import TORCH_DTYPES, SafetensorsFormatError, read_header, read_tensor
 
 FP8_DTYPES = tuple(
     d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) if d is not None
@@ -35,6 +37,76 @@ Source = Union[str, os.PathLike, Mapping[str, torch.Tensor]]
 
 class CheckpointError(ValueError):
     """A checkpoint could not be used; the message names the file and what is wrong with it."""
+
+
+class LoadMemoryError(MemoryError):
+    """RAM ran out while a checkpoint loaded: the message names the file, the sizes and what to do instead.
+    Not a CheckpointError: the file is fine, the machine is too small for this way of loading it."""
+
+
+_OOM_ADVICE = ("load the weights as fp8 (--weights fp8_e4m3fn, or fp8 weights in the loader node: half the RAM "
+               "of fp16/bf16), keep blocks off the GPU with block swap (--blocks-to-swap), close other programs, "
+               "or use a smaller file (an fp8 file, or the 1.3B model); the file itself is not at fault")
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is the CPU allocator (or the kernel, for a mapping) refusing memory."""
+    text = str(err).lower()
+    return isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and (
+        "can't allocate memory" in text or "cannot allocate memory" in text or "not enough memory" in text))
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def _ram_state() -> str:
+    """'RSS of this process, available and total RAM' from /proc (Linux), or '' where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:]}
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return ""
+    return (f"; this process holds {_gib(rss)}, {_gib(info.get('MemAvailable', 0))} available of "
+            f"{_gib(info.get('MemTotal', 0))} RAM + {_gib(info.get('SwapTotal', 0))} swap")
+
+
+def _source_bytes(source: str) -> int | None:
+    path = Path(source)
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        if path.is_dir():
+            return sum(f.stat().st_size for f in _folder_weight_files(path))
+    except (OSError, CheckpointError):
+        pass
+    return None
+
+
+def out_of_memory_error(source: str, err: BaseException, doing: str, need: int | None = None) -> LoadMemoryError:
+    """The error for running out of RAM while ``doing`` (e.g. "reading tensor 'x' (0.13 GiB)") on ``source``,
+    with the file size, the model's size when known (``need`` bytes), the RAM state and what to do."""
+    size = _source_bytes(source)
+    on_disk = f"{_gib(size)} on disk" if size is not None else "size unknown"
+    model = f", the model needs about {_gib(need)} as loaded" if need else ""
+    first = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+    return LoadMemoryError(f"{source}: out of memory while {doing} ({on_disk}{model}{_ram_state()}; {first}): "
+                           f"{_OOM_ADVICE}")
+
+
+@contextlib.contextmanager
+def explaining_out_of_memory(source: str, need: int | None = None) -> Iterator[None]:
+    """Turn an allocation failure inside the block into a ``LoadMemoryError`` about loading ``source``."""
+    try:
+        yield
+    except LoadMemoryError:
+        raise
+    except (MemoryError, RuntimeError) as e:
+        if not is_out_of_memory(e):
+            raise
+        raise out_of_memory_error(source, e, "loading it", need) from e
 
 
 class LazyStateDict(Mapping):
@@ -92,53 +164,43 @@ class LazyStateDict(Mapping):
 
 
 class _SafetensorsReader:
-    def __init__(self, path: str):
-        from safetensors import safe_open
+    """A safetensors file opened by parsing its header (``wan_core.safetensors_file``): never mapped, so a file
+    larger than RAM opens, and each tensor is read with plain file reads when asked for (streaming load)."""
 
+    def __init__(self, path: str):
         self.path = path
         try:
-            self._f = safe_open(path, framework="pt", device="cpu")
-        except Exception as e:  # SafetensorError has no stable import path across versions
-            raise CheckpointError(_describe_read_failure(path, e)) from e
-        self.metadata = self._f.metadata() or {}
-        self._offsets: dict[str, tuple[int, int]] | None = None  # name -> (start, end) in the file
+            self._header = read_header(path)
+        except SafetensorsFormatError as e:
+            raise CheckpointError(str(e)) from None
+        except OSError as e:
+            raise CheckpointError(f"{path}: cannot read the file ({e.strerror or e})") from e
+        self.metadata = dict(self._header.metadata)
 
     def keys(self):
-        return list(self._f.keys())
-
-    def _read_offsets(self) -> dict[str, tuple[int, int]]:
-        with open(self.path, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(n))
-        return {k: (8 + n + v["data_offsets"][0], 8 + n + v["data_offsets"][1])
-                for k, v in header.items() if k != "__metadata__"}
+        # in name order, as safe_open gave them: the measured load peak (docs/memory.md) depends on the order
+        return sorted(self._header.tensors)
 
     def get(self, name: str) -> torch.Tensor:
-        """The tensor read with plain file reads into its own buffer (docs/memory.md, streaming load): unlike
-        reading through the memory map, no page of the file stays in the process's resident memory."""
+        """The tensor read into its own buffer: unlike reading through a memory map, no page of the file stays
+        in the process's resident memory (docs/memory.md, streaming load)."""
+        entry = self._header.tensors[name]
+        dtype = self.dtype(name)
         try:
-            if self._offsets is None:
-                self._offsets = self._read_offsets()
-            start, end = self._offsets[name]
-            buf = torch.empty(end - start, dtype=torch.uint8)
-            with open(self.path, "rb", buffering=0) as f:
-                f.seek(start)
-                view = buf.numpy().data  # a memoryview over the tensor's bytes
-                done = 0
-                while done < len(view):
-                    got = f.readinto(view[done:])
-                    if not got:
-                        raise EOFError(f"file ends {end - start - done} bytes early")
-                    done += got
-            return buf.view(self.dtype(name)).reshape(self.shape(name))
-        except Exception as e:
-            raise CheckpointError(f"{self.path}: cannot read tensor {name!r} ({e}); the file may be truncated") from e
+            return read_tensor(self.path, entry, dtype)
+        except (EOFError, OSError) as e:
+            raise CheckpointError(f"{self.path}: cannot read tensor {name!r} ({e}); the file is shorter than its "
+                                  f"header says (truncated or changed while loading): download it again") from e
+        except (MemoryError, RuntimeError) as e:
+            if not is_out_of_memory(e):
+                raise
+            raise out_of_memory_error(self.path, e, f"reading tensor {name!r} ({_gib(entry.nbytes)})") from e
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._f.get_slice(name).get_shape())
+        return self._header.tensors[name].shape
 
     def dtype(self, name: str) -> torch.dtype:
-        return _safetensors_dtype(self._f.get_slice(name).get_dtype(), self.path, name)
+        return _safetensors_dtype(self._header.tensors[name].dtype, self.path, name)
 
 
 class _DictReader:
@@ -158,30 +220,11 @@ class _DictReader:
         return self._t[name].dtype
 
 
-_ST_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool,
-    "F8_E4M3": getattr(torch, "float8_e4m3fn", None), "F8_E5M2": getattr(torch, "float8_e5m2", None),
-}
-
-
 def _safetensors_dtype(code: str, path: str, name: str) -> torch.dtype:
-    dt = _ST_DTYPES.get(code.upper())
+    dt = TORCH_DTYPES.get(code)
     if dt is None:
         raise CheckpointError(f"{path}: tensor {name!r} has dtype {code}, which this torch build cannot read")
     return dt
-
-
-def _describe_read_failure(path: str, err: Exception) -> str:
-    size = os.path.getsize(path) if os.path.exists(path) else -1
-    msg = str(err)
-    low = msg.lower()
-    if size == 0:
-        return f"{path}: the file is empty (0 bytes); the download or copy did not complete"
-    if "incomplete" in low or "buffer" in low or "truncat" in low or "eof" in low or "length" in low:
-        return f"{path}: the file is truncated or corrupt ({size} bytes on disk; {msg}); download it again"
-    return f"{path}: not a readable safetensors file ({msg}); the file may be corrupt or in another format"
 
 
 def _load_pickle_checkpoint(path: str) -> dict[str, torch.Tensor]:
@@ -190,10 +233,11 @@ def _load_pickle_checkpoint(path: str) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: the file is empty (0 bytes); the download or copy did not complete")
     try:
         try:
+            # torch maps the whole file copy-on-write; the kernel may refuse that for a file larger than RAM
             obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except (RuntimeError, ValueError) as e:
-            if "mmap" not in str(e).lower():
-                raise
+            if "mmap" not in str(e).lower() or is_out_of_memory(e):
+                raise  # only the legacy format falls back (reading the whole file into RAM)
             obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
     except pickle.UnpicklingError as e:
         raise CheckpointError(
@@ -201,10 +245,19 @@ def _load_pickle_checkpoint(path: str) -> dict[str, torch.Tensor]:
             f"loaded with torch.load(weights_only=True) for safety. Convert it to .safetensors. "
             f"({str(e).strip().splitlines()[-1][:300]})"
         ) from e
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path}: the file is truncated or corrupt and cannot be read ({first})") from e
+    except (MemoryError, RuntimeError) as e:
+        if not is_out_of_memory(e):
+            raise CheckpointError(f"{path}: the file is truncated or corrupt and cannot be read "
+                                  f"({_first_line(e)})") from e
+        raise LoadMemoryError(f"{out_of_memory_error(path, e, 'mapping it (torch.load maps a .pth file whole)')} "
+                              f"(or convert it to .safetensors, which is read tensor by tensor)") from e
+    except (EOFError, zipfile.BadZipFile, OSError) as e:
+        raise CheckpointError(f"{path}: the file is truncated or corrupt and cannot be read ({_first_line(e)})") from e
     return _unwrap_state_dict(obj, path)
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
 
 
 def _unwrap_state_dict(obj: Any, path: str) -> dict[str, torch.Tensor]:

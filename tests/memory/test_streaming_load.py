@@ -32,7 +32,12 @@ PROBE = textwrap.dedent("""
     if sys.argv[2] == "mmap":  # the reader before streaming load: through the memory map, no heap release
         from wan_core import checkpoint
         from wan_core.dit import loader
-        checkpoint._SafetensorsReader.get = lambda self, name: self._f.get_tensor(name)
+        from safetensors import safe_open
+        def mapped_get(self, name):
+            if not hasattr(self, "mapped"):
+                self.mapped = safe_open(self.path, framework="pt", device="cpu")
+            return self.mapped.get_tensor(name)
+        checkpoint._SafetensorsReader.get = mapped_get
         loader.releasing_progress = lambda progress: progress
     torch.zeros(1).float()  # allocator and kernels warm
     before = rss_bytes()

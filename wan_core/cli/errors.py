@@ -27,12 +27,20 @@ def _is_out_of_memory(e: BaseException) -> bool:
             or (isinstance(e, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)))
 
 
+def _is_load_out_of_memory(e: BaseException) -> bool:
+    from ..checkpoint import LoadMemoryError
+
+    return isinstance(e, LoadMemoryError)
+
+
 def describe_error(e: BaseException) -> tuple[str, int]:
     """(one line for stderr, exit code) for an exception that escaped a command."""
     if isinstance(e, UsageError):
         return f"error: {e}", EXIT_USAGE
     if _is_interrupt(e):
         return "interrupted", EXIT_INTERRUPTED
+    if _is_load_out_of_memory(e):  # already says the sizes and what to do
+        return f"error: {_first_line(e)}", EXIT_USAGE
     if _is_out_of_memory(e):
         return (f"error: out of memory ({_first_line(e)[:200]}); try a smaller size or fewer frames, "
                 f"--weights fp8_scaled, --tiling on, or another --device"), EXIT_USAGE

@@ -21,8 +21,8 @@ from ..attention.dispatch import Attention, AttentionDispatch, AttentionOverride
 from ..attention.skiparse import SUV_PROFILE, Skiparse, SkiparseMode
 from ..checkpoint import (
     FP8_DTYPES, CheckpointError, LazyStateDict, Source, check_fp8_scales, check_shapes, dequantize, describe_keys,
-    is_quant_aux_key, materialize, nonfinite_error, open_checkpoint, stored_float_dtype, strip_prefix,
-    weight_scale_key,
+    explaining_out_of_memory, is_quant_aux_key, materialize, nonfinite_error, open_checkpoint, stored_float_dtype,
+    strip_prefix, weight_scale_key,
 )
 from ..config import DiTConfig, detect_dit_config
 from ..memory.streaming import releasing_progress
@@ -182,6 +182,15 @@ def _meta_model(config: DiTConfig, shapes: dict[str, tuple[int, ...]], source: s
     return model
 
 
+def _loaded_bytes(shapes: dict[str, tuple[int, ...]], dtype: torch.dtype, fp8: bool) -> int:
+    """Bytes of the loaded model: block Linear weights one byte each when ``fp8``, everything else ``dtype``."""
+    total = 0
+    for key, shape in shapes.items():
+        one_byte = fp8 and key.endswith(".weight") and is_block_linear(key.rpartition(".")[0])
+        total += torch.Size(shape).numel() * (1 if one_byte else dtype.itemsize)
+    return total
+
+
 def load_dit(
     src: Source,
     dtype: torch.dtype | None = None,
@@ -231,11 +240,12 @@ def load_dit(
     dispatch = opts.attention_dispatch(config.num_layers)
     model = _meta_model(config, shapes, sd.source)
     target = _weight_dtype(opts, dtype, sd)
-    if opts.fp8:
-        _load_fp8(model, sd, target, device, opts, progress)
-    else:
-        tensors = materialize(sd, target, device=device, progress=progress)
-        model.load_state_dict(tensors, assign=True, strict=True)
+    with explaining_out_of_memory(sd.source, _loaded_bytes(shapes, target, opts.fp8)):  # sizes and what to do
+        if opts.fp8:
+            _load_fp8(model, sd, target, device, opts, progress)
+        else:
+            tensors = materialize(sd, target, device=device, progress=progress)
+            model.load_state_dict(tensors, assign=True, strict=True)
     model.attention = dispatch
     model.load_options = opts
     model.source = sd.source  # named in errors that compare it with other files (latent channels)
