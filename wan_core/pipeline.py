@@ -298,10 +298,12 @@ class WanPipeline:
             list[torch.Tensor], list[torch.Tensor] | None, list[torch.Tensor] | None]:
         """``cfg``'s prompts as ``encode_prompts`` gives them, plus the embeddings of its prompt travel segments
         (``cfg.travel``; each distinct segment and the negative prompt encoded once), else None. With travel the
-        prompt embedding is the first segment's (what a video held by one window uses)."""
+        prompt embedding is the first segment's, and a video held by one window gets that alone (travel None)."""
         segments = cfg.travel
         if segments is None:
             return (*self.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=need_negative), None)
+        if cfg.context is not None and cfg.context.covers(cfg.latent_shape[2]):  # one window: a plain prompt
+            return (*self.encode_prompts(segments[:1], cfg.negative_prompt, need_negative=need_negative), None)
         distinct, index = prompt_travel.unique_segments(segments)
         embs, uncond = self.encode_prompts(distinct, cfg.negative_prompt, need_negative=need_negative)
         travel = [embs[i] for i in index]
