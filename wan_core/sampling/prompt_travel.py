@@ -114,7 +114,8 @@ def travel_note(windows: Sequence[Sequence[int]], segments: Sequence[str], laten
     parts = []
     for k, text in enumerate(segments):
         mine = [i + 1 for i, s in enumerate(owner) if s == k]
-        parts.append(f"{_quoted(text)} -> {'windows ' + _ranges(mine) if mine else 'no window'}")
+        where = f"window{'s' if len(mine) > 1 else ''} {_ranges(mine)}" if mine else "no window"
+        parts.append(f"{_quoted(text)} -> {where}")
     when = " at the first step (the windows move every step)" if moving else ""
     return (f"prompt travel: {len(segments)} segments over {len(windows)} windows{when}: " + "; ".join(parts))
 
