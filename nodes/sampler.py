@@ -17,6 +17,7 @@ from wan_core.estimate import MAX_STEPS
 from wan_core.latent_format import latent_geometry
 from wan_core.sampling import SOLVER_NAMES, Convention, Solver, distill_sigmas
 from wan_core.sampling.context_windows import ContextWindows
+from wan_core.sampling.prompt_travel import one_window_note, travel_note
 from wan_core.sampling.nag import NAG_ALPHA, NAG_SCALE, NAG_TAU, NAGAttention, NAGConfig
 from wan_core.variants import WAN21
 
@@ -57,7 +58,8 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS,
                            convention="custom" if sigmas else SCHEDULES[schedule], context=context,
                            riflex=_riflex_setting(riflex))
     cfg.validate()  # the solver name came from a client: refused here unless it is one of SOLVER_NAMES
-    cond = embeds["cond"] * b if len(embeds["cond"]) == 1 else embeds["cond"]
+    cond, travel, travel_lines = prompt_travel(embeds, context, b, t)
+    cond = cond * b if len(cond) == 1 else cond
     uncond = embeds["uncond"] * b if len(embeds["uncond"]) == 1 else embeds["uncond"]
     if len(cond) != b:
         raise ValueError(f"embeds hold {len(cond)} prompts but the latent batch is {b}")
@@ -85,9 +87,10 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS,
             out = pipe.sample_latents([c.to(device) for c in cond],
                                       [u.to(device) for u in uncond] if any(g != 1.0 for g in guidances) else None,
                                       cfg, latent=start, callback=callback, interrupt=_interrupt, cache=cache,
+                                      travel=[e.to(device) for e in travel] if travel else None,
                                       **({"image": image_cond, "first_frame": first_frame} | head))
-    # one progress text (a second would replace it): the context note, then "cache <method>: <computed>/<total> ..."
-    host.show_text("\n".join([*context_note(context, t), pipe.cache_report.text()]))
+    # one progress text (a second would replace it): the context and travel notes, then "cache <method>: ..."
+    host.show_text("\n".join([*context_note(context, t), *travel_lines, pipe.cache_report.text()]))
     return ({"samples": out.to(host.intermediate_device()), "downscale_ratio_spacial": sf},)
 
 
@@ -119,6 +122,26 @@ def context_note(context: ContextWindows | None, latent_frames: int) -> list[str
         return []
     return [f"context window {context.length} latent frames >= the video's {latent_frames}: one window, the plain "
             f"sampler"]
+
+
+def prompt_travel(embeds: dict, context: ContextWindows | None, batch: int, latent_frames: int) -> tuple[
+        list[torch.Tensor], list[torch.Tensor] | None, list[str]]:
+    """The prompt embeddings, the prompt travel segments' (WanCore Text Encode of a ' | ' prompt, under context
+    windows; else None) and the note lines. Without windows the prompt runs as written; one window holding the
+    video takes the first segment."""
+    segments, texts = embeds.get("segments"), embeds.get("segment_texts") or []
+    if not segments:
+        return list(embeds["cond"]), None, []
+    if context is None:
+        return list(embeds["cond"]), None, [f"prompt travel: the positive prompt's {len(segments)} ' | ' segments "
+                                            f"need a context input (WanCore Context Windows); it ran as one prompt"]
+    if batch != 1:
+        raise ValueError(f"embeds: prompt travel (' | ' segments) guides one video, but the latent batch is {batch}")
+    if context.covers(latent_frames):
+        return [segments[0]], None, [one_window_note(texts)]
+    note = travel_note(context.windows(latent_frames, 0), texts, latent_frames, bool(context.anchor),
+                       moving=context.schedule != "static")
+    return [segments[0]], list(segments), [note]
 
 
 def first_frame_of(latent) -> torch.Tensor | None:

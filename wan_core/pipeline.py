@@ -29,6 +29,7 @@ from .sampling.first_frame import FirstFrameGuidance, check_first_frame
 from .sampling.known_frames import KnownFramesGuidance
 from .dit.riflex import parse_setting as parse_riflex, resolve_riflex, use_riflex
 from .sampling.context_windows import ContextWindows, WindowedGuidance
+from .sampling import prompt_travel
 from .sampling.moe import MoEGuidance
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, Convention, ScheduleConfig,
                        SamplingInterrupted, Solver, build_schedule, initial_latent, make_noise, sample)
@@ -65,6 +66,14 @@ class GenerationConfig:
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
 
     @property
+    def travel(self) -> tuple[str, ...] | None:
+        """Prompt travel: the `` | `` segments of the prompt when context windows are set and it has more than one
+        (``wan_core.sampling.prompt_travel``); None otherwise (without windows the prompt is one prompt as written)."""
+        if self.context is None or not prompt_travel.is_travel(self.prompt):
+            return None
+        return prompt_travel.split_segments(str(self.prompt))
+
+    @property
     def latent_shape(self) -> tuple[int, int, int, int, int]:
         """``[B, 16, 1 + (frames-1)/4, height/8, width/8]``."""
         return (len(self.prompts), latent_format.CHANNELS, (self.frames - 1) // latent_format.TEMPORAL_FACTOR + 1,
@@ -89,6 +98,9 @@ class GenerationConfig:
             raise ValueError(f"solver={self.solver!r}: valid solvers are {', '.join(SOLVER_NAMES)}")
         if not self.prompts:
             raise ValueError("no prompt given")
+        if self.context is not None:
+            prompt_travel.check_batch(self.prompts)
+            _ = self.travel  # an empty segment is refused here
         self.schedule_config().validate()
 
 
@@ -304,6 +316,21 @@ class WanPipeline:
         uncond = [embs[-1]] * len(prompts) if need_negative else None
         return cond, uncond
 
+    def encode_config(self, cfg: GenerationConfig, need_negative: bool = True) -> tuple[
+            list[torch.Tensor], list[torch.Tensor] | None, list[torch.Tensor] | None]:
+        """``cfg``'s prompts as ``encode_prompts`` gives them, plus the embeddings of its prompt travel segments
+        (``cfg.travel``; each distinct segment and the negative prompt encoded once), else None. With travel the
+        prompt embedding is the first segment's, and a video held by one window gets that alone (travel None)."""
+        segments = cfg.travel
+        if segments is None:
+            return (*self.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=need_negative), None)
+        if cfg.context is not None and cfg.context.covers(cfg.latent_shape[2]):  # one window: a plain prompt
+            return (*self.encode_prompts(segments[:1], cfg.negative_prompt, need_negative=need_negative), None)
+        distinct, index = prompt_travel.unique_segments(segments)
+        embs, uncond = self.encode_prompts(distinct, cfg.negative_prompt, need_negative=need_negative)
+        travel = [embs[i] for i in index]
+        return travel[:1], (uncond[:1] if uncond is not None else None), travel
+
     def velocity_model(self, image: ImageCondition | None = None, dit=None) -> Callable[
             [torch.Tensor, torch.Tensor, Any], torch.Tensor]:
         """``(x, timestep, context) -> v``; with ``image`` the conditioning goes into every call (docs/i2v.md
@@ -339,6 +366,7 @@ class WanPipeline:
         cache: Any = None,
         image: ImageCondition | None = None,
         first_frame: torch.Tensor | None = None, known: torch.Tensor | None = None,
+        travel: Sequence[torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Sample raw VAE latents ``[B, 16, F, H/8, W/8]``.
 
@@ -354,11 +382,10 @@ class WanPipeline:
         of K frames holds the first K so (a clip extension on TI2V-5B; not with context windows).
         ``known``: raw latents ``[1 or B, C, K, h, w]``, the given first K latent frames of a clip extension
         (``wan_core.extension``; text-to-video models), re-noised to every step's sigma.
+        ``travel``: prompt travel, one embedding ``[L_i, D]`` per segment (``encode_config``), each context window
+        guided by its segment's (``wan_core.sampling.prompt_travel``); ``cond``: the first segment's.
         """
-        check_models(self.dit, self.vae)
-        check_embeddings(cond, "prompt embedding", self.dit)
-        if uncond is not None:
-            check_embeddings(uncond, "negative prompt embedding", self.dit)
+        self._check_embeddings(cond, uncond, travel)
         schedule = build_schedule(cfg.schedule_config())
         check_size_for_models(cfg.width, cfg.height, self.dit, self.vae)
         # one cache session per expert (docs/wan22.md section 4); cache errors before any work
@@ -371,7 +398,7 @@ class WanPipeline:
         x, z0 = _start_latents(cfg, schedule, shape, device, latent, first_frame, self.dit, self.vae)
         windowed = cfg.context is not None and not cfg.context.covers(shape[2])
         guide, attached, expert_guide, reports = self._velocity(cond, uncond, cfg, cache, sessions, schedule, image,
-                                                                device, z0, shape[2], interrupt)
+                                                                device, z0, shape[2], interrupt, travel)
         head = _known_head(known, cfg, shape, x, self.dit, self.vae)
         if head is not None:
             guide = KnownFramesGuidance(guide, *head)
@@ -388,6 +415,17 @@ class WanPipeline:
         self.moe_steps = list(expert_guide.steps) if is_moe(self.dit) else None  # expert per step ("high"/"low")
         return latent_format.from_model(x)
 
+    def _check_embeddings(self, cond, uncond, travel) -> None:
+        """The models fit each other and every embedding fits the DiT (one line naming the embedding otherwise)."""
+        check_models(self.dit, self.vae)
+        check_embeddings(cond, "prompt embedding", self.dit)
+        if travel is not None:
+            check_embeddings(travel, "prompt travel segment embedding", self.dit)
+            if len(cond) != 1:
+                raise ValueError(f"prompt travel guides one video, but {len(cond)} prompt embeddings were given")
+        if uncond is not None:
+            check_embeddings(uncond, "negative prompt embedding", self.dit)
+
     def _cache_report(self, reports, sessions: dict[str, Any]):
         """What the run's caches computed and skipped: per window, per expert, or the one session's."""
         if reports is not None:
@@ -398,12 +436,12 @@ class WanPipeline:
 
     def _velocity(self, cond, uncond, cfg: GenerationConfig, cache: Any, sessions: dict[str, Any], schedule: Any,
                   image: ImageCondition | None, device: torch.device, z0: torch.Tensor | None, frames: int,
-                  interrupt: InterruptFn | None) -> tuple[Any, Any, Any, Any]:
+                  interrupt: InterruptFn | None, travel=None) -> tuple[Any, Any, Any, Any]:
         """The run's velocity function, the context its caches run in, the guide that knows the expert of each
         step, and (context windows) a function listing the windows' cache reports, else None."""
         if cfg.context is not None and not cfg.context.covers(frames):  # one guide per window
             guide, attached, reports = self._windowed_guide(cond, uncond, cfg, cache, schedule, image, device, z0,
-                                                            frames, interrupt)
+                                                            frames, interrupt, travel)
             return guide, attached, guide, reports
         guide, attached = self._guide(cond, uncond, cfg, sessions, schedule, image, device)
         if z0 is None:
@@ -426,11 +464,14 @@ class WanPipeline:
 
     def _windowed_guide(self, cond, uncond, cfg: GenerationConfig, cache: Any, schedule: Any,
                         image: ImageCondition | None, device: torch.device, z0: torch.Tensor | None, frames: int,
-                        interrupt: InterruptFn | None):
+                        interrupt: InterruptFn | None, travel=None):
         """Context windows (``cfg.context``): one guide per window, each with its own cache sessions, the image
-        conditioning of its frames, and the TI2V first frame where the window starts at frame 0. Returns the
+        conditioning of its frames, the TI2V first frame where the window starts at frame 0, and with ``travel``
+        its prompt segment's embedding (``prompt_travel.segment_of_window``). Returns the
         velocity function, the context that finishes every window's cache sessions when the run ends (each window
         makes its own sessions active on the model around its forwards) and a function listing their reports."""
+        context = cfg.context
+        assert context is not None  # sample_latents calls this with windows only
         windows: dict[tuple[int, ...], Any] = {}
         started: list[Any] = []  # every window's sessions, finished once when the run ends
         text_kv: dict[str, Any] = {}  # per expert: the prompt's text K/V, one copy for all windows (not one each)
@@ -452,7 +493,9 @@ class WanPipeline:
                     session.text_kv = text_kv.setdefault(name, session.text_kv)
             part = None if image is None else dataclasses.replace(
                 image, image_latent=image.image_latent[:, :, list(window)])
-            guide, _ = self._guide(cond, uncond, cfg, sessions, schedule, part, device)
+            own = cond if travel is None else [  # prompt travel: the segment of the window's centre
+                travel[prompt_travel.segment_of_window(window, frames, len(travel), bool(context.anchor))]]
+            guide, _ = self._guide(own, uncond, cfg, sessions, schedule, part, device)
             if z0 is not None and window[0] == 0:
                 guide = FirstFrameGuidance(guide, z0, tuple(self.dit.config.patch_size))
             windows[window] = MoECacheReport({n: s.report for n, s in sessions.items()}) if is_moe(self.dit) \
@@ -465,8 +508,7 @@ class WanPipeline:
             if interrupt is not None and interrupt():
                 raise SamplingInterrupted(step, total)
 
-        assert cfg.context is not None  # sample_latents calls this with windows only
-        guide = WindowedGuidance(cfg.context, frames, make_guide, interrupt=stop,
+        guide = WindowedGuidance(context, frames, make_guide, interrupt=stop,
                                  spread=getattr(self.dit, "window_spread", None))  # windows across ranks
         return guide, finishing(), lambda: dict(windows)
 
@@ -514,9 +556,9 @@ class WanPipeline:
         else:
             check_image_model(self.dit, None, name=source_name(self.dit, "the diffusion model"))
         guidances = [_guidance_of(self.dit, name, cfg.guidance) for name, _ in experts(self.dit)]
-        cond, uncond = self.encode_prompts(cfg.prompts, cfg.negative_prompt,
-                                           need_negative=any(g != 1.0 for g in guidances))
-        latents = self.sample_latents(cond, uncond, cfg, callback=callback, interrupt=interrupt, image=condition)
+        cond, uncond, travel = self.encode_config(cfg, need_negative=any(g != 1.0 for g in guidances))
+        latents = self.sample_latents(cond, uncond, cfg, callback=callback, interrupt=interrupt, image=condition,
+                                      travel=travel)
         video = self.decode(latents, tiling=tiling, progress=decode_progress, interrupt=interrupt)
         return GenerationResult(latents=latents, video=video, config=cfg)
 

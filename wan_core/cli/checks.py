@@ -26,7 +26,8 @@ def problems(request: "GenerateRequest") -> list[str]:
     return (value_problems(request) + text_problems(request) + nag_problems(request)
             + loras.problems(request) + parallel.problems(request) + swap_problems(request)
             + image_problems(request) + source_problems(request) + wan22.problems(request)
-            + context_problems(request) + riflex_problems(request) + extend.problems(request))
+            + context_problems(request) + travel_problems(request) + riflex_problems(request)
+            + extend.problems(request))
 
 
 def value_problems(request: "GenerateRequest") -> list[str]:
@@ -141,6 +142,24 @@ def context_problems(request: "GenerateRequest") -> list[str]:
         request.context_windows()
     except ValueError as e:
         return [f"--{str(e).replace('context ', 'context-', 1).replace('use anchor off', 'use --context-anchor off')}"]
+    return []
+
+
+def travel_problems(request: "GenerateRequest") -> list[str]:
+    """--prompt "a | b": prompt travel over context windows or over chained clips (--clips / --extend: clip i takes
+    segment i; docs/long_video.md), so it needs one of them, and text in every segment."""
+    from ..sampling.prompt_travel import is_travel, split_segments
+
+    if not is_travel(request.prompt):
+        return []
+    try:
+        count = len(split_segments(request.prompt, "--prompt"))
+    except ValueError as e:
+        return [str(e)]
+    if request.context_frames is None and not request.chained:
+        return [f"--prompt has {count} segments separated by ' | ' (prompt travel: one per stretch of context "
+                f"windows or per chained clip), which needs --context-frames or --clips; for one prompt write it "
+                f"without ' | '"]
     return []
 
 

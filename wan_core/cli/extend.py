@@ -133,8 +133,10 @@ def render(request: "GenerateRequest", cfg, files: dict | None, device, load):
 
 
 def _segments(prompt: str) -> list[str]:
-    """Prompt travel across clips: the parts of ``a | b | c`` (one part: the prompt itself)."""
-    return [part.strip() for part in prompt.split(" | ")] if " | " in prompt else [prompt]
+    """Prompt travel across clips: the segments of ``a | b | c`` (one segment: the prompt itself)."""
+    from ..sampling.prompt_travel import is_travel, split_segments
+
+    return list(split_segments(prompt, "--prompt")) if is_travel(prompt) else [prompt]
 
 
 def metadata(request: "GenerateRequest") -> dict:

@@ -74,7 +74,7 @@ def _render(request: "GenerateRequest", cfg, files: dict | None, device, rank: i
         condition = conditioning.encode_image_condition(request, cfg, dit, vae, files, device)
     with torch.inference_mode():
         with meter.stage("text encoding", model_bytes(te, device)):
-            cond, uncond = pipe.encode_prompts(cfg.prompts, cfg.negative_prompt, need_negative=request.uses_negative)
+            cond, uncond, travel = pipe.encode_config(cfg, need_negative=request.uses_negative)
             _attach_nag(request, dit, uncond)
         if policy.text_encoder == "release":  # the embeddings are all the sampler needs
             release(te)
@@ -84,7 +84,8 @@ def _render(request: "GenerateRequest", cfg, files: dict | None, device, rank: i
         with meter.stage("sampling", model_bytes(dit, device)):
             with tqdm(total=cfg.steps, desc="sampling", unit="step", disable=rank > 0) as bar:
                 latents = pipe.sample_latents(cond, uncond, cfg, callback=lambda i, n, x, x0: bar.update(1),
-                                              cache=request.cache, image=condition, first_frame=first_frame)
+                                              cache=request.cache, image=condition, first_frame=first_frame,
+                                              travel=travel)
         print(pipe.cache_report.line(), file=sys.stderr)  # "cache <preset>: <computed>/<total> DiT evaluations"
         if policy.dit == "release":
             release(dit)

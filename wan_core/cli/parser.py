@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate a video from a prompt", formatter_class=_HelpFormatter)
     g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show tracebacks instead of one-line errors")
-    g.add_argument("--prompt", required=True, help="what to generate")
+    g.add_argument("--prompt", required=True, help="what to generate; with --context-frames, segments separated by "
+                   "' | ' guide successive windows (prompt travel)")
     g.add_argument("--negative-prompt", default=None, help="what to avoid (default: Wan's official negative prompt)")
     g.add_argument("--out", required=True,
                    help=f"output: {OUTPUT_KINDS}; a folder must be new, empty or hold earlier frames")

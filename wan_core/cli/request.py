@@ -284,4 +284,17 @@ def generation_config(request: GenerateRequest):
     if cfg.context is not None and cfg.context.covers(cfg.latent_shape[2]):
         print(f"wan_core: --context-frames {request.context_frames} holds the whole video ({request.frames} frames): "
               f"it runs as one window, the plain sampler", file=sys.stderr)
+    if cfg.travel is not None and not request.chained:  # chained clips: a segment per clip (cli/extend.py)
+        print(f"wan_core: {travel_line(cfg)}", file=sys.stderr)
     return cfg
+
+
+def travel_line(cfg) -> str:
+    """The note on which context windows each prompt travel segment guides (or that one window holds the video)."""
+    from ..sampling.prompt_travel import one_window_note, travel_note
+
+    frames = cfg.latent_shape[2]
+    if cfg.context.covers(frames):
+        return one_window_note(cfg.travel)
+    return travel_note(cfg.context.windows(frames, 0), cfg.travel, frames, bool(cfg.context.anchor),
+                       moving=cfg.context.schedule != "static")

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..sampling.prompt_travel import segment_for_clip
 from .head import Continuation, from_latent, from_pixels
 from .join import join_latents, join_pixels
 from .request import Extension
@@ -78,7 +79,7 @@ def run_chain(pipe, cfg, clips: int, extension: Extension, encode: Callable[[int
 
 
 def clip_prompts(prompts: Sequence[str], clips: int) -> list[str]:
-    """The prompt of each clip: prompt ``i`` for clip ``i``, the last one repeated."""
+    """The prompt of each clip: prompt travel's segment ``i`` for clip ``i``, the last one repeated."""
     if not prompts:
         raise ValueError("no prompt given")
-    return [prompts[min(i, len(prompts) - 1)] for i in range(clips)]
+    return [prompts[segment_for_clip(i, len(prompts))] for i in range(clips)]
