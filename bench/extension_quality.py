@@ -10,7 +10,9 @@ at once or as unrelated clips. Scored per video:
   17-frame stretches 0-16, 12-28 and 24-40 (each new clip with the end of the one before);
 - *object jump*: at each join, the distance the prompt's object's centroid moves between the last frame before
   and the first frame after, over its median frame-to-frame move (1 = as smooth as inside a clip);
-- *colour shift*: at each join, the change of the object's mean colour, over its median frame-to-frame change;
+- *motion kept*: the share of joins where the object's move over the 4 frames after the join points the same way
+  as over the 4 frames before (positive cosine);
+- *colour step*: at each join, the change of the object's mean colour (RGB distance, 0-1 scale; the largest);
 - *drift*: the object's mean colour in the last 5 frames against the first 5 (RGB distance, 0-1 scale).
 """
 from __future__ import annotations
@@ -89,14 +91,19 @@ def join_scores(video: torch.Tensor, colour: str) -> dict[str, float]:
     shift = (col[1:] - col[:-1]).norm(dim=1)
     both = seen[1:] & seen[:-1]
     inside = [t for t in range(len(step)) if both[t] and t not in JOINS]
+    nan = float("nan")
     if not inside or not all(both[j] for j in JOINS):
-        return {"object_jump": float("nan"), "colour_shift": float("nan"), "drift": float("nan")}
-    med_step = float(step[inside].median().clamp_min(0.25))
-    med_shift = float(shift[inside].median().clamp_min(1e-3))
+        return {"object_jump": nan, "motion_kept": nan, "colour_step": nan, "drift": nan}
+    kept = []
+    for j in JOINS:  # frames j-4..j before the join, j+1..j+5 after
+        before, after = pos[j] - pos[max(j - 4, 0)], pos[min(j + 5, len(pos) - 1)] - pos[j + 1]
+        if seen[max(j - 4, 0)] and seen[min(j + 5, len(pos) - 1)]:
+            kept.append(float(torch.dot(before, after)) > 0)
     first = col[:5][seen[:5]].mean(0) if seen[:5].any() else col[seen].mean(0)
     last = col[-5:][seen[-5:]].mean(0) if seen[-5:].any() else col[seen].mean(0)
-    return {"object_jump": max(float(step[j]) for j in JOINS) / med_step,
-            "colour_shift": max(float(shift[j]) for j in JOINS) / med_shift,
+    return {"object_jump": max(float(step[j]) for j in JOINS) / float(step[inside].median().clamp_min(0.25)),
+            "motion_kept": sum(kept) / len(kept) if kept else nan,
+            "colour_step": max(float(shift[j]) for j in JOINS),
             "drift": float((last - first).norm())}
 
 
@@ -121,13 +128,14 @@ def main() -> None:
                 follows.extend(score_clip(video[:, a:b], prompt).followed for a, b in STRETCHES)
                 rows.append(join_scores(video, D.parse_caption(prompt)[0][0]))
         agg = {k: float(torch.tensor([r[k] for r in rows]).nanmedian()) for k in rows[0]}
+        agg["motion_kept"] = float(torch.tensor([r["motion_kept"] for r in rows]).nanmean())
         results[name] = {"followed_stretches": sum(follows) / len(follows), **agg,
                          "measured": sum(r["drift"] == r["drift"] for r in rows),
                          "seconds": round(time.perf_counter() - t0, 1)}
         r = results[name]
         print(f"{name:40s} stretches {100 * r['followed_stretches']:5.1f} %  object jump {r['object_jump']:5.2f}  "
-              f"colour shift {r['colour_shift']:5.2f}  drift {r['drift']:.3f}  ({r['measured']} measured, "
-              f"{r['seconds']} s)", flush=True)
+              f"motion kept {100 * r['motion_kept']:5.1f} %  colour step {r['colour_step']:.3f}  drift "
+              f"{r['drift']:.3f}  ({r['measured']} measured, {r['seconds']} s)", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"prompts": pairs, "results": results}, f, indent=1)
