@@ -121,6 +121,8 @@ def _parse(blob: bytes, data_start: int, file_size: int) -> tuple[dict[str, Tens
         raise ValueError(f"the header is not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"the header is not valid JSON ({e.msg} at byte {e.pos})") from None
+    except RecursionError:  # a forged header nested deeper than the parser's stack
+        raise ValueError("the header's JSON is nested too deeply to be a tensor table") from None
     if not isinstance(header, dict):
         raise ValueError(f"the header is a JSON {type(header).__name__}, not an object of tensors")
     metadata = header.pop("__metadata__", None)

@@ -86,6 +86,7 @@ HOSTILE = {
                         "appears twice"),
     "not_json": (b"{not json at all}", b"", None, "not valid JSON"),
     "not_utf8": (b'{"\xff\xfe": 1}', b"", None, "not UTF-8"),
+    "nested_200k": (b'{"a": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", b"", None, "nested too deeply"),
 }
 
 
