@@ -95,7 +95,7 @@ def _entry(name: str, raw: object, data_start: int, data_size: int) -> TensorEnt
         raise ValueError(f"tensor {name!r}: data_offsets {offsets!r} is not [begin, end] with 0 <= begin <= end")
     if offsets[1] > data_size:
         raise ValueError(f"tensor {name!r}: data_offsets {offsets} run past the end of the data "
-                         f"({data_size} bytes)")
+                         f"({data_size} bytes): the file is truncated (an interrupted download?) or its header lies")
     numel = 1
     for s in shape:
         numel *= s
