@@ -84,10 +84,11 @@ def previous_video(request: "GenerateRequest"):
     return video[None]
 
 
-def render(request: "GenerateRequest", cfg, files: dict | None, device, load):
+def render(request: "GenerateRequest", cfg, files: dict | None, device, swapped: int, load):
     """(video ``[1, 3, T, H, W]``, the memory lines): the chain of clips of ``request``. ``load(...)`` gives the
-    (dit, vae, text_encoder) as ``generate._load``; every prompt part is encoded once before sampling, then the
-    text encoder goes (its offload policy); the DiT and the VAE both stay for the whole chain."""
+    (dit, vae, text_encoder) as ``generate._load``; ``swapped`` the blocks to swap (``placement.swap_blocks``);
+    every prompt part is encoded once before sampling, then the text encoder goes (its offload policy); the DiT
+    and the VAE both stay for the whole chain."""
     import torch
     from tqdm.auto import tqdm
 
@@ -110,10 +111,15 @@ def render(request: "GenerateRequest", cfg, files: dict | None, device, load):
         with meter.stage("text encoding", model_bytes(te, device)):
             embeds = {p: pipe.encode_prompts([p], cfg.negative_prompt, need_negative=request.uses_negative)
                       for p in dict.fromkeys(prompts)}
+        nag = request.nag_config()
+        if nag.active:  # the negative prompt inside the cross-attention, for every clip (as generate does)
+            from ..sampling.nag import NAGAttention
+
+            NAGAttention(dit, embeds[prompts[0]][1], nag).__enter__()
         if models.offload_policy(request).text_encoder == "release":
             release(te)
             pipe.text_encoder = te = None
-        placement.place_dit(request, dit, device, 0)
+        placement.place_dit(request, dit, device, swapped)
         move(vae, device)
         pipe.dit = dit
         previous = previous_video(request)

@@ -27,7 +27,8 @@ def generate(request: "GenerateRequest") -> int:
     placement.check_memory(request, device, files["dit"].size if files else None, layers, swapped)
     t0 = time.perf_counter()
     if request.chained:  # --extend / --clips: clips that continue a video (one process)
-        video, memory = extend.render(request, cfg, files, device, lambda: _load(request, device, files, swapped))
+        video, memory = extend.render(request, cfg, files, device, swapped,
+                                      lambda: _load(request, device, files, swapped))
     else:
         video, memory = _render(request, cfg, files, device, rank, swapped)
     if rank == 0:
