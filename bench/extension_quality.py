@@ -39,10 +39,10 @@ def chain_latent(pipe, cfg, embeds):
     return run_chain(pipe, cfg, CLIPS, Extension(overlap=OVERLAP), lambda i: embeds).video
 
 
-def chain_pixels(colour: str):
+def chain_pixels(colour: str, conditioning: str = "auto"):
     """Each clip continues the decoded video so far (a VAE round trip at every join), colour-matched or not."""
     def make(pipe, cfg, embeds):
-        ext = Extension(overlap=OVERLAP, colour=colour)  # type: ignore[arg-type]
+        ext = Extension(overlap=OVERLAP, colour=colour, conditioning=conditioning)  # type: ignore[arg-type]
         video = pipe.decode(pipe.sample_latents(*embeds, cfg))
         for i in range(1, CLIPS):
             cont = from_pixels(pipe.vae, pipe.dit, video, CLIP, ext)
@@ -63,10 +63,12 @@ def at_once(pipe, cfg, embeds):
 
 
 SETTINGS = {
-    "chain in latent space (3 clips)": chain_latent,
-    "chain from pixels, colour match off": chain_pixels("off"),
-    "chain from pixels, mean-std": chain_pixels("mean-std"),
-    "chain from pixels, histogram": chain_pixels("histogram"),
+    "chain in latent space (auto: clean head)": chain_latent,
+    "pixels, clean head, colour match off": chain_pixels("off"),
+    "pixels, clean head, mean-std": chain_pixels("mean-std"),
+    "pixels, clean head, histogram": chain_pixels("histogram"),
+    "pixels, re-noised head, colour off": chain_pixels("off", "replace"),
+    "pixels, re-noised head, mean-std": chain_pixels("mean-std", "replace"),
     "unrelated clips (no extension)": unrelated,
     "41 frames at once (no extension)": at_once,
 }

@@ -110,7 +110,7 @@ def test_joins_keep_the_previous_frames():
     ext = Extension(overlap=5, colour="mean-std")
     previous = torch.rand(1, 3, 9, 32, 32) * 2 - 1
     cont = from_pixels(vae, dit, previous, 13, ext)
-    assert cont.method == "replace" and cont.head.shape[2] == 2  # 5 frames -> 2 latent frames
+    assert cont.method == "first_frame" and cont.head.shape[2] == 2  # 5 frames -> 2 latent frames, held clean
     clip = torch.rand(1, 3, 13, 32, 32) * 2 - 1
     joined = join_pixels(previous, clip, cont)
     assert joined.shape[2] == 9 + 13 - 5 and torch.equal(joined[:, :, :9], previous)
@@ -130,7 +130,9 @@ def test_request_and_method_refusals():
             Extension(**bad)
     with pytest.raises(ValueError, match="needs an image-to-video model"):
         Extension(conditioning="svi").method(dit)
-    assert Extension().method(dit) == "replace"
+    assert Extension().method(dit) == "first_frame"  # auto: the head clean at timestep 0
+    assert Extension().method(dit, windowed=True) == "replace"  # windows: known frames instead
+    assert Extension(conditioning="replace").method(dit) == "replace"
     with pytest.raises(ValueError, match="at least 9 frames"):
         Extension(overlap=5).check_clip(5)
     with pytest.raises(ValueError, match="64x64 but the new clip is 32x32"):
@@ -151,6 +153,10 @@ def test_chain_from_text_and_from_pixels_on_a_tiny_model():
         one = pipe.sample_latents(*embeds, cfg.replace(seed=4), **cont.sample_inputs())
         torch.testing.assert_close(one[:, :, 2:], result.latents[:, :, 4:6], atol=1e-5, rtol=0)
         assert torch.allclose(one[:, :, :2], cont.head, atol=1e-5)
+        renoised = from_latent(dit, result.latents[:, :, :4], 13, Extension(overlap=5, conditioning="replace"))
+        assert set(renoised.sample_inputs()) == {"known"}
+        other = pipe.sample_latents(*embeds, cfg.replace(seed=4), **renoised.sample_inputs())
+        assert torch.allclose(other[:, :, :2], cont.head, atol=1e-5) and not torch.allclose(other, one, atol=1e-3)
         previous = torch.rand(1, 3, 9, 32, 32) * 2 - 1
         ext = run_chain(pipe, cfg, 1, Extension(overlap=5), lambda i: embeds, previous)
         assert ext.video.shape[2] == 9 + 13 - 5 and torch.equal(ext.video[:, :, :9], previous)
@@ -198,8 +204,9 @@ def test_image_to_video_models_continue_through_their_conditioning():
         assert svi.method == "svi" and svi.image.image_latent[0, 0, :, 0, 0].tolist() == [1, 0, 0, 0]
         torch.testing.assert_close(svi.image.image_latent[:, 4:, :2], latent_format.to_model(svi.head))
         assert torch.isfinite(pipe.sample_latents(cond, None, cfg, **svi.sample_inputs())).all()
-    with pytest.raises(ValueError, match="for text-to-video models"):
-        Extension(conditioning="replace").method(dit)
+    for text_only in ("replace", "clean"):
+        with pytest.raises(ValueError, match="for text-to-video models"):
+            Extension(conditioning=text_only).method(dit)
 
 
 def test_ti2v_continues_with_its_first_frame_latent_and_windows_with_known_frames():

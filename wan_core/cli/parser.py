@@ -30,7 +30,7 @@ CONTEXT_SCHEDULES = ("static", "uniform", "looped")  # wan_core.sampling.context
 CONTEXT_FUSES = ("pyramid", "flat", "linear")  # wan_core.sampling.context_windows.FUSES
 CONTEXT_ANCHOR = ("auto", "on", "off")
 COLOUR_MATCHES = ("off", "mean-std", "histogram")  # wan_core.extension.COLOUR_MATCHES
-EXTEND_CONDITIONINGS = ("auto", "svi")  # of wan_core.extension.CONDITIONINGS, what the command line offers
+EXTEND_CONDITIONINGS = ("auto", "clean", "replace", "svi")  # of wan_core.extension.CONDITIONINGS (image: auto)
 VAE_RECIPES = train_demo.VAE_RECIPES
 
 _DEMO = VARIANTS[PRESET_VARIANTS["demo"]].sampling
@@ -193,9 +193,9 @@ def _long_video_flags(lv) -> None:
     lv.add_argument("--color-match", choices=COLOUR_MATCHES, default=None,
                     help="match the new frames' colour to the overlap so joins do not drift (default mean-std)")
     lv.add_argument("--extend-conditioning", choices=EXTEND_CONDITIONINGS, default="auto",
-                    help="how the model is told the overlap: auto (image conditioning for I2V models, the first "
-                         "frames for TI2V-5B, re-noised known frames for T2V), or svi (SVI 2.0 Pro LoRAs, Wan 2.2 "
-                         "I2V, chained --clips only)")
+                    help="how the model is told the overlap: auto (image conditioning for I2V models, else "
+                         "clean), clean (the overlap's latents held clean at timestep 0), replace (re-noised to "
+                         "every step), svi (SVI 2.0 Pro LoRAs, Wan 2.2 I2V, chained --clips only)")
 
 
 def _memory_flags(mem) -> None:

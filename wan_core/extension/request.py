@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from ..i2v.conditioning import image_channels
-from ..latent_format import TEMPORAL_FACTOR, WAN22_CHANNELS
+from ..latent_format import TEMPORAL_FACTOR
 from .colour import COLOUR_MATCHES, ColourMatch
 
-Conditioning = Literal["auto", "replace", "image", "svi"]
+Conditioning = Literal["auto", "clean", "replace", "image", "svi"]
 CONDITIONINGS: tuple[str, ...] = get_args(Conditioning)
 DEFAULT_OVERLAP = 5  # real frames: two latent frames (the single first frame and one of four)
 MAX_OVERLAP = 81  # one whole Wan clip; more continues from frames the model cannot all see anyway
@@ -19,9 +19,10 @@ MAX_OVERLAP = 81  # one whole Wan clip; more continues from frames the model can
 class Extension:
     """``overlap``: real frames (4n+1) the new clip shares with the end of the previous video; ``colour``: the
     colour match of the new frames to that overlap; ``conditioning``: how the model is told the overlap
-    (``auto``: image conditioning for image-to-video models, the first-frame latent for TI2V-5B, re-noised known
-    frames for text-to-video models; ``svi``: SVI 2.0 Pro's anchor + motion latents, for Wan 2.2 I2V with its
-    LoRAs)."""
+    (``auto``: image conditioning for image-to-video models, else ``clean``; ``clean``: the head held clean at
+    timestep 0 on its tokens, TI2V-5B's first-frame mechanism, for text-to-video models too; ``replace``: the
+    head re-noised to every step's sigma (known frames; what ``clean`` becomes under context windows);
+    ``svi``: SVI 2.0 Pro's anchor + motion latents, for Wan 2.2 I2V with its LoRAs)."""
 
     overlap: int = DEFAULT_OVERLAP
     colour: ColourMatch = "mean-std"
@@ -57,18 +58,18 @@ class Extension:
                              f"clip is {size[0]}x{size[1]}; use the video's size")
 
     def method(self, dit, windowed: bool = False) -> str:
-        """``replace`` / ``first_frame`` / ``image`` / ``svi``: how ``dit`` is given the overlap; one line when the
-        asked conditioning does not fit the model."""
+        """``first_frame`` (clean) / ``replace`` / ``image`` / ``svi``: how ``dit`` is given the overlap; one line
+        when the asked conditioning does not fit the model. Under context windows a clean head of several latent
+        frames cannot keep its positions (a window starting later holds it elsewhere): known frames instead."""
         image_model = bool(image_channels(dit))
-        ti2v = not image_model and int(getattr(getattr(dit, "config", None), "out_dim", 0)) == WAN22_CHANNELS
         if self.conditioning in ("image", "svi") and not image_model:
             raise ValueError(f"extend conditioning {self.conditioning} needs an image-to-video model; this one is "
-                             f"text-to-video (use auto or replace)")
-        if self.conditioning == "replace" and image_model:
-            raise ValueError("extend conditioning replace is for text-to-video models; an image-to-video model takes "
-                             "the overlap through its image conditioning (use auto)")
-        if self.conditioning == "svi" or (self.conditioning != "replace" and image_model):
-            return self.conditioning if self.conditioning == "svi" else "image"
-        if ti2v and self.conditioning == "auto" and not windowed:
-            return "first_frame"  # TI2V-5B's own image conditioning, over the overlap's latent frames
-        return "replace"
+                             f"text-to-video (use auto, clean or replace)")
+        if self.conditioning in ("clean", "replace") and image_model:
+            raise ValueError(f"extend conditioning {self.conditioning} is for text-to-video models; an "
+                             f"image-to-video model takes the overlap through its image conditioning (use auto)")
+        if self.conditioning == "svi":
+            return "svi"
+        if image_model:
+            return "image"
+        return "replace" if self.conditioning == "replace" or windowed else "first_frame"
