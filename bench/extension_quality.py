@@ -36,7 +36,7 @@ STRETCHES = [(0, 17), (12, 29), (24, 41)]
 
 
 def chain_latent(pipe, cfg, embeds):
-    return run_chain(pipe, cfg, CLIPS, Extension(overlap=OVERLAP), lambda i: embeds).video
+    return run_chain(pipe, cfg, CLIPS, Extension(overlap=OVERLAP), lambda i: embeds, latent_space=True).video
 
 
 def chain_pixels(colour: str, conditioning: str = "auto"):

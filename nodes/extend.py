@@ -127,8 +127,8 @@ EXTEND = NodeSpec(
     description="Continue a video with a new clip: connect the frames to continue (IMAGE) or the previous "
                 "clip's LATENT (continues in latent space, no VAE round trip). Its outputs go to the WanCore "
                 "Sampler's 'extend' and 'latent' inputs; then WanCore Join Frames (after decoding) or WanCore Join "
-                "Latents (before decoding) attach the clip. Text-to-video models get the overlap as re-noised "
-                "known frames, image-to-video models through their image conditioning.",
+                "Latents (before decoding) attach the clip. Text-to-video models get the overlap as clean latents "
+                "at timestep 0, image-to-video models through their image conditioning.",
     inputs=(
         Input("model", "WANCORE_MODEL"),
         Input("vae", "WANCORE_VAE"),
@@ -138,8 +138,10 @@ EXTEND = NodeSpec(
               tooltip="frames the new clip starts from (4n+1): the last ones of the images; from a latent, its first "
                       "latent frame (the anchor) and its last (overlap-1)/4"),
         Input("conditioning", "COMBO", default="auto", options=CONDITIONINGS,
-              tooltip="auto: known frames (T2V), the first frames (TI2V-5B), image conditioning (I2V); svi: SVI 2.0 "
-                      "Pro's anchor + motion latents (Wan 2.2 I2V with its LoRAs; from a latent)"),
+              tooltip="auto: image conditioning (I2V), else clean; clean: the overlap's latents held clean at "
+                      "timestep 0 (T2V, TI2V-5B); replace: re-noised to every step (also what clean does under "
+                      "context windows); svi: SVI 2.0 Pro's anchor + motion latents (Wan 2.2 I2V with its LoRAs; "
+                      "from a latent)"),
         Input("color_match", "COMBO", default="mean-std", options=COLOUR_MATCHES,
               tooltip="match the new frames' colour to the overlap (WanCore Join Frames): joins do not drift"),
         Input("images", "IMAGE", optional=True, tooltip="the frames to continue (a decoded video)"),

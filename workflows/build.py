@@ -566,7 +566,7 @@ def extend_workflow() -> Workflow:
                     "The built-in demo model draws a 17-frame clip; **WanCore Extend Video** takes that clip's "
                     "LATENT and prepares a second 17-frame clip that starts from it (the first clip's latent frame "
                     "0 as anchor and its last latent frame: *overlap* 5 frames), the second **WanCore Sampler** "
-                    "draws it (the demo is text-to-video: the head goes in as re-noised known frames), and **WanCore "
+                    "draws it (the demo is text-to-video: the head's latents are held clean at timestep 0), and **WanCore "
                     "Join Latents** appends its new frames, so one decode gives 29 frames with no VAE round trip. "
                     "Connect a decoded video to Extend Video's *images* instead to continue any video, and join "
                     "with **WanCore Join Frames** (its colour match keeps the join from drifting). Feed the joined "

@@ -145,7 +145,10 @@ def test_chain_from_text_and_from_pixels_on_a_tiny_model():
     cfg = GenerationConfig(width=32, height=32, frames=13, steps=2, seed=3)
     with torch.inference_mode():
         embeds = pipe.encode_prompts(["a red ball"], None)
-        result = run_chain(pipe, cfg, 3, Extension(overlap=5), lambda i: embeds)
+        frames = run_chain(pipe, cfg, 3, Extension(overlap=5), lambda i: embeds)  # from frames (the default)
+        assert frames.video.shape[2] == 13 + 2 * (13 - 5) and frames.new_frames == 29
+        assert [c.source for c in frames.continuations] == ["pixels", "pixels"]
+        result = run_chain(pipe, cfg, 3, Extension(overlap=5), lambda i: embeds, latent_space=True)
         assert result.latents.shape[2] == 4 + 2 * (4 - 2)  # each clip adds its latents after anchor + motion
         assert result.video.shape[2] == 1 + 4 * (result.latents.shape[2] - 1)
         # clip 1 on its own: the same latents as the chain holds
