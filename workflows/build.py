@@ -557,21 +557,19 @@ def long_windows_workflow() -> Workflow:
 
 
 def extend_workflow() -> Workflow:
-    """The demo model's clip continued by a second clip in latent space (WanCore Extend Video -> sampler -> Join
-    Latents), decoded once (docs/long_video.md section 3)."""
-    second = _sampler({"seed": 2, "steps": 20, "guidance": 6.0, "shift": 3.0}, latent=10)
+    """The demo model's clip continued by a second clip from its last frames (WanCore Extend Video -> sampler ->
+    decode -> Join Frames; docs/long_video.md section 3)."""
+    second = _sampler({"seed": 2, "steps": 20, "guidance": 6.0, "shift": 3.0, "riflex": "off"}, latent=10)
     second.id, second.links = 11, {**second.links, "latent": (10, 1), "extend": (10, 0)}
-    second.values["riflex"] = "off"
     return Workflow("extend_video", "## WanCore: continue a clip (clip extension)\n"
-                    "The built-in demo model draws a 17-frame clip; **WanCore Extend Video** takes that clip's "
-                    "LATENT and prepares a second 17-frame clip that starts from it (the first clip's latent frame "
-                    "0 as anchor and its last latent frame: *overlap* 5 frames), the second **WanCore Sampler** "
-                    "draws it (the demo is text-to-video: the head's latents are held clean at timestep 0), and **WanCore "
-                    "Join Latents** appends its new frames, so one decode gives 29 frames with no VAE round trip. "
-                    "Connect a decoded video to Extend Video's *images* instead to continue any video, and join "
-                    "with **WanCore Join Frames** (its colour match keeps the join from drifting). Feed the joined "
-                    "latent to another Extend Video to go on. Runs on a CPU in a few minutes; see "
-                    "docs/long_video.md.\n", [
+                    "The built-in demo model draws a 17-frame clip; **WanCore Extend Video** takes its decoded "
+                    "frames and prepares a second 17-frame clip that starts from the last 5 (*overlap*), the "
+                    "second **WanCore Sampler** draws it (the demo is text-to-video: the overlap's latents are "
+                    "held clean at timestep 0), and **WanCore Join Frames** puts its new frames after the first "
+                    "clip's, colour-matched to the overlap: 29 frames. Feed the joined frames to another Extend "
+                    "Video to go on, or connect a clip's LATENT instead of its frames to continue in latent space "
+                    "(**WanCore Join Latents**, one decode, no VAE round trip). Runs on a CPU in a few minutes; "
+                    "see docs/long_video.md.\n", [
         Node(1, "WanCoreModelLoader", {"model_name": DEMO}),
         Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": DEMO}),
         Node(3, "WanCoreVAELoader", {"vae_name": DEMO}),
@@ -579,13 +577,14 @@ def extend_workflow() -> Workflow:
              {"text_encoder": (2, 0)}, color=POSITIVE),
         Node(5, "WanCoreEmptyLatent", {"width": 64, "height": 64, "frames": 17, "batch_size": 1}),
         _sampler({"seed": 1, "steps": 20, "guidance": 6.0, "shift": 3.0, "riflex": "off"}),
+        Node(7, "WanCoreDecode", {"tiling": "off"}, {"vae": (3, 0), "samples": (6, 0)}),
         Node(10, "WanCoreExtendVideo", {"frames": 17, "overlap": 5, "conditioning": "auto",
                                         "color_match": "mean-std"},
-             {"model": (1, 0), "vae": (3, 0), "latent": (6, 0)}),
+             {"model": (1, 0), "vae": (3, 0), "images": (7, 0)}),
         second,
-        Node(12, "WanCoreJoinLatents", {}, {"extension": (10, 0), "latent": (11, 0)}),
-        Node(7, "WanCoreDecode", {"tiling": "off"}, {"vae": (3, 0), "samples": (12, 0)}),
-        Node(8, "CreateVideo", {"fps": 8.0}, {"images": (7, 0)}),
+        Node(12, "WanCoreDecode", {"tiling": "off"}, {"vae": (3, 0), "samples": (11, 0)}),
+        Node(13, "WanCoreJoinFrames", {}, {"extension": (10, 0), "images": (12, 0)}),
+        Node(8, "CreateVideo", {"fps": 8.0}, {"images": (13, 0)}),
         Node(9, "SaveVideo", {"filename_prefix": "video/WanCore_extend", "format": "auto", "codec": "auto"},
              {"video": (8, 0)}),
     ])
