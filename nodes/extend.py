@@ -23,7 +23,7 @@ from wan_core.variants import WAN21
 
 from . import host
 from .declare import Input, NodeSpec, Output
-from .i2v import _native_tokens
+from .i2v import native_tokens
 from .latent import EMPTY_LATENT
 
 CATEGORY = "WanCore/long video"
@@ -56,7 +56,7 @@ def validate_extend(frames: int | None = WAN21.frames, overlap: int | None = DEF
 def _clip_tokens(clip_vision, clip_vision_output, first_frame: torch.Tensor | None):
     """CLIP tokens of the clip's first frame for Wan 2.1 I2V (our encoder) or ComfyUI's CLIP Vision Encode."""
     if clip_vision_output is not None:
-        return _native_tokens(clip_vision_output, "clip_vision_output")
+        return native_tokens(clip_vision_output, "clip_vision_output")
     if clip_vision is None or first_frame is None:
         return None
     with host.on_device(clip_vision) as encoder:

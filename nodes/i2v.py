@@ -34,7 +34,7 @@ def load_clip_vision(clip_name: str, dtype: str = "auto"):
     return (encoder,)
 
 
-def _native_tokens(output, name: str) -> torch.Tensor:
+def native_tokens(output, name: str) -> torch.Tensor:
     """``penultimate_hidden_states`` of ComfyUI's CLIP_VISION_OUTPUT (``CLIPVisionEncode``): ``[1, 257, 1280]``."""
     tokens = getattr(output, "penultimate_hidden_states", None)
     if tokens is None and isinstance(output, dict):
@@ -69,12 +69,12 @@ def image_to_video(vae, start_image: torch.Tensor, width: int = WAN21.width, hei
         encoder = stack.enter_context(host.on_device(clip_vision)) if clip_vision is not None else None
         cond = image_condition(v, first, width, height, frames, last, encoder, interrupt=host.check_interrupt)
     if clip_vision is None and clip_vision_output is not None:  # ComfyUI's native CLIP Vision Encode output
-        tokens = [_native_tokens(clip_vision_output, "clip_vision_output")]
+        tokens = [native_tokens(clip_vision_output, "clip_vision_output")]
         if last is not None:
             if clip_vision_end_output is None:
                 raise ValueError("clip_vision_end_output: a first-last-frame video needs the CLIP vision encoding "
                                  "of the end image too")
-            tokens.append(_native_tokens(clip_vision_end_output, "clip_vision_end_output"))
+            tokens.append(native_tokens(clip_vision_end_output, "clip_vision_end_output"))
         clip = torch.cat(tokens, dim=1)
         cond = ImageCondition(cond.image_latent, clip, width, height, frames, last is not None)
     (latent,) = empty_latent(width, height, frames, batch_size)
