@@ -100,3 +100,14 @@ def test_chained_clips_from_text_with_prompt_parts(capsys, tmp_path):
     assert out.shape[0] == 9 + 2 * 4  # 3 latent frames a clip, 2 of them the anchor and the motion latent
     said = [m for m in ("clip 1/3: 'a cat'", "clip 2/3: 'a dog'", "clip 3/3: 'a dog'") if m in err]
     assert len(said) == 3, err
+
+
+def test_chained_clips_under_context_windows(capsys, tmp_path):
+    """Each clip sampled in windows: the head goes in as known frames (a clean head cannot keep its positions in
+    a window that starts later), and the chain still adds frames - overlap per clip."""
+    code = main(["generate", "--preset", "tiny-random", "--prompt", "a cat", "--out", str(tmp_path / "w"),
+                 "--steps", "2", "--clips", "2", "--frames", "17", "--context-frames", "9",
+                 "--context-overlap", "4"])
+    assert code == 0, capsys.readouterr().err
+    out, _ = read_video(tmp_path / "w")
+    assert out.shape[0] == 17 + 17 - 5
