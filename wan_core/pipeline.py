@@ -264,8 +264,8 @@ def _start_latents(cfg: GenerationConfig, schedule: Any, shape: tuple[int, ...],
     if first_frame is not None:
         check_first_frame(first_frame, shape, "first_frame", max_frames=shape[2] - 1)
         if first_frame.shape[2] > 1 and cfg.context is not None and not cfg.context.covers(shape[2]):
-            raise ValueError("a first-frame latent of several frames (a TI2V-5B clip extension) does not combine "
-                             "with context windows; continue with known frames instead (wan_core.extension)")
+            raise ValueError("a first-frame latent of several frames (a clip extension's clean head) does not "
+                             "combine with context windows; continue with known frames instead (wan_core.extension)")
         z0 = latent_format.to_model(first_frame.to(device, torch.float32))
     return x, z0
 
@@ -379,7 +379,7 @@ class WanPipeline:
         those models and refused by the others.
         ``first_frame``: Wan 2.2 TI2V-5B image-to-video, the start image's raw latent ``[1 or B, 48, 1, h, w]``
         (``vae.encode`` of one frame): it replaces latent frame 0 at timestep 0 (docs/wan22.md section 2); a latent
-        of K frames holds the first K so (a clip extension on TI2V-5B; not with context windows).
+        of K frames holds the first K so (a clip extension's clean head, any Wan DiT; not with context windows).
         ``known``: raw latents ``[1 or B, C, K, h, w]``, the given first K latent frames of a clip extension
         (``wan_core.extension``; text-to-video models), re-noised to every step's sigma.
         ``travel``: prompt travel, one embedding ``[L_i, D]`` per segment (``encode_config``), each context window

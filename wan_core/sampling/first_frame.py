@@ -1,5 +1,6 @@
 """TI2V-5B image-to-video (docs/wan22.md section 2): the start image's latent is latent frame 0, held clean at
-timestep 0 on its tokens while the rest of the video is denoised."""
+timestep 0 on its tokens while the rest of the video is denoised. The same with K latent frames is how a clip
+extension gives a text-to-video or TI2V model its clean head (docs/long_video.md section 3)."""
 from __future__ import annotations
 
 import torch
