@@ -1,4 +1,4 @@
-"""Our safetensors header parser (wan_core/safetensors_file.py) against the ``safetensors`` package's own writer on
+"""Our safetensors header parser (wan_core/checkpoint/safetensors_file.py) against the ``safetensors`` package's own writer on
 every dtype we read, and hostile headers, each refused in one line naming the file (issue 49)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from wan_core.checkpoint import CheckpointError, open_checkpoint
-from wan_core.safetensors_file import (
+from wan_core.checkpoint.safetensors_file import (
     MAX_HEADER_BYTES, TORCH_DTYPES, SafetensorsFormatError, read_header,
 )
 

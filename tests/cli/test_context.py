@@ -6,20 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from wan_core.cli import main, models as cli_models
+from wan_core.cli import main
 from wan_core.cli.video_io import read_metadata
 
-
-class Loaded(Exception):
-    """Raised by the tripwire: validation let the command reach model loading."""
-
-
-@pytest.fixture
-def tripwire(monkeypatch):
-    def load_models(*a, **k):
-        raise Loaded()
-
-    monkeypatch.setattr(cli_models, "load_models", load_models)
 
 
 def run(capsys, tmp_path, *args: str, out: str = "x.webp") -> tuple[int, list[str]]:

@@ -7,21 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from wan_core.cli import main, models as cli_models
+from wan_core.cli import main
 from wan_core.cli.video_io import read_metadata, write_video
 from wan_core.cli.video_read import read_video
 
-
-class Loaded(Exception):
-    """Raised by the tripwire: validation let the command reach model loading."""
-
-
-@pytest.fixture
-def tripwire(monkeypatch):
-    def load_models(*a, **k):
-        raise Loaded()
-
-    monkeypatch.setattr(cli_models, "load_models", load_models)
 
 
 def run(capsys, tmp_path, *args: str, out: str = "x.webp") -> tuple[int, list[str]]:

@@ -1,6 +1,7 @@
 """Load the pack the way ComfyUI does: by file path, under a path-derived module name."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -33,3 +34,19 @@ def models_dir(tmp_path, monkeypatch):
         (tmp_path / sub).mkdir()
     monkeypatch.setenv("WANCORE_MODELS_DIR", str(tmp_path))
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """Tiny random (dit, vae, text encoder), one set per test module."""
+    from wan_core.demo import tiny_random_models
+
+    return tiny_random_models(seed=0)
+
+
+@pytest.fixture
+def shown(pack, monkeypatch):
+    """The texts the nodes show on the canvas (``host.show_text``), collected instead of sent."""
+    texts: list[str] = []
+    monkeypatch.setattr(importlib.import_module(f"{pack.__name__}.nodes.host"), "show_text", texts.append)
+    return texts

@@ -12,7 +12,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from wan_core.demo import tiny_random_models
 from wan_core.sampling.context_windows import ContextWindows
 
 
@@ -22,16 +21,6 @@ def node(pack):
     return SimpleNamespace(**{n: import_module(f"{pack.__name__}.nodes.{n}") for n in names})
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return tiny_random_models(seed=0)
-
-
-@pytest.fixture
-def shown(node, monkeypatch):
-    texts: list[str] = []
-    monkeypatch.setattr(node.host, "show_text", texts.append)
-    return texts
 
 
 def _run(node, tiny, frames: int, context=None, cache=None, steps: int = 3):

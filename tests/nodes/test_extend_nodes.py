@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from wan_core.demo import tiny_random_models
 from wan_core.dit.riflex import RIFLEx
 from wan_core.dit.runtime import runtime_of
 from wan_core.extension import Extension, from_latent
@@ -21,14 +20,6 @@ def node(pack):
     return SimpleNamespace(**{n: import_module(f"{pack.__name__}.nodes.{n}") for n in names})
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return tiny_random_models(seed=0)
-
-
-@pytest.fixture
-def shown(node, monkeypatch):
-    monkeypatch.setattr(node.host, "show_text", lambda text: None)
 
 
 def _embeds(node, te):

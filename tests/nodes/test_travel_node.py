@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from wan_core.demo import tiny_random_models
 
 
 @pytest.fixture(scope="module")
@@ -18,16 +17,6 @@ def node(pack):
     return SimpleNamespace(**{n: import_module(f"{pack.__name__}.nodes.{n}") for n in names})
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return tiny_random_models(seed=0)
-
-
-@pytest.fixture
-def shown(node, monkeypatch):
-    texts: list[str] = []
-    monkeypatch.setattr(node.host, "show_text", texts.append)
-    return texts
 
 
 def test_text_encode_keeps_the_whole_prompt_and_adds_the_segments(node, tiny):

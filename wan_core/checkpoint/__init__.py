@@ -1,4 +1,5 @@
-"""Safe, lazy checkpoint reading: safetensors, ``.pth`` (weights_only), diffusers/transformers folders.
+"""Safe, lazy checkpoint reading: safetensors (through our own header parser, ``safetensors_file``), ``.pth``
+(weights_only), diffusers/transformers folders.
 
 Implements docs/wan_spec.md section 5: prefix stripping, fp8 / "scaled fp8" dequantisation, and errors that name
 the file and the problem. Model-specific key maps live beside each model (``dit/keys.py``, ``vae/keys.py``,
@@ -17,7 +18,7 @@ from typing import Any, Union
 
 import torch
 
-from .numerics import nonfinite_count
+from ..numerics import nonfinite_count
 from .safetensors_file import TORCH_DTYPES, SafetensorsFormatError, read_header, read_tensor
 
 FP8_DTYPES = tuple(
@@ -164,8 +165,8 @@ class LazyStateDict(Mapping):
 
 
 class _SafetensorsReader:
-    """A safetensors file opened by parsing its header (``wan_core.safetensors_file``): never mapped, so a file
-    larger than RAM opens, and each tensor is read with plain file reads when asked for (streaming load)."""
+    """A safetensors file opened by parsing its header (``safetensors_file`` beside this module): never mapped, so
+    a file larger than RAM opens, and each tensor is read with plain file reads when asked for (streaming load)."""
 
     def __init__(self, path: str):
         self.path = path
