@@ -503,6 +503,17 @@ def native_long_windows_workflow() -> Workflow:
     ])
 
 
+def _demo_start(prompt: str, frames: int) -> list[Node]:
+    """The built-in demo model's loaders, the prompt and the empty 64x64 latent (nodes 1-5)."""
+    return [
+        Node(1, "WanCoreModelLoader", {"model_name": DEMO}),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": DEMO}),
+        Node(3, "WanCoreVAELoader", {"vae_name": DEMO}),
+        Node(4, "WanCoreTextEncode", {"positive": prompt, "negative": ""}, {"text_encoder": (2, 0)}, color=POSITIVE),
+        Node(5, "WanCoreEmptyLatent", {"width": 64, "height": 64, "frames": frames, "batch_size": 1}),
+    ]
+
+
 def demo_workflow() -> Workflow:
     """The built-in demo model with its own settings: runs on a CPU in about a minute, nothing to download."""
     return Workflow("t2v_demo", "## WanCore: try it without downloading anything\n"
@@ -511,12 +522,7 @@ def demo_workflow() -> Workflow:
                     "settings: 64x64, 17 frames, 20 UniPC steps, guidance 6, shift 3, 8 fps. It runs on a CPU in "
                     "well under two minutes. Prompts it knows: \"a <red|green|blue|yellow> <circle|square> moving "
                     "<left|right|up|down>\", optionally \"and\" a second object; see docs/demo_model.md.\n", [
-        Node(1, "WanCoreModelLoader", {"model_name": DEMO}),
-        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": DEMO}),
-        Node(3, "WanCoreVAELoader", {"vae_name": DEMO}),
-        Node(4, "WanCoreTextEncode", {"positive": "a blue square moving right", "negative": ""},
-             {"text_encoder": (2, 0)}, color=POSITIVE),
-        Node(5, "WanCoreEmptyLatent", {"width": 64, "height": 64, "frames": 17, "batch_size": 1}),
+        *_demo_start("a blue square moving right", 17),
         _sampler({"seed": 1, "steps": 20, "guidance": 6.0, "shift": 3.0}),
         Node(7, "WanCoreDecode", {"tiling": "off"}, {"vae": (3, 0), "samples": (6, 0)}),
         Node(8, "CreateVideo", {"fps": 8.0}, {"images": (7, 0)}),
@@ -539,12 +545,7 @@ def long_windows_workflow() -> Workflow:
                     "are real frames as on ComfyUI's WanContextWindowsManual; for Wan 2.1 / 2.2 use 81-frame "
                     "windows. A connected cache keeps one state per window; the sampler shows the windows it ran. "
                     "Runs on a CPU in a few minutes, nothing to download; see docs/long_video.md.\n", [
-        Node(1, "WanCoreModelLoader", {"model_name": DEMO}),
-        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": DEMO}),
-        Node(3, "WanCoreVAELoader", {"vae_name": DEMO}),
-        Node(4, "WanCoreTextEncode", {"positive": "a blue square moving right", "negative": ""},
-             {"text_encoder": (2, 0)}, color=POSITIVE),
-        Node(5, "WanCoreEmptyLatent", {"width": 64, "height": 64, "frames": 65, "batch_size": 1}),
+        *_demo_start("a blue square moving right", 65),
         sampler,
         Node(7, "WanCoreDecode", {"tiling": "off"}, {"vae": (3, 0), "samples": (6, 0)}),
         Node(8, "CreateVideo", {"fps": 8.0}, {"images": (7, 0)}),
@@ -570,12 +571,7 @@ def extend_workflow() -> Workflow:
                     "Video to go on, or connect a clip's LATENT instead of its frames to continue in latent space "
                     "(**WanCore Join Latents**, one decode, no VAE round trip). Runs on a CPU in a few minutes; "
                     "see docs/long_video.md.\n", [
-        Node(1, "WanCoreModelLoader", {"model_name": DEMO}),
-        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": DEMO}),
-        Node(3, "WanCoreVAELoader", {"vae_name": DEMO}),
-        Node(4, "WanCoreTextEncode", {"positive": "a yellow circle moving down", "negative": ""},
-             {"text_encoder": (2, 0)}, color=POSITIVE),
-        Node(5, "WanCoreEmptyLatent", {"width": 64, "height": 64, "frames": 17, "batch_size": 1}),
+        *_demo_start("a yellow circle moving down", 17),
         _sampler({"seed": 1, "steps": 20, "guidance": 6.0, "shift": 3.0, "riflex": "off"}),
         Node(7, "WanCoreDecode", {"tiling": "off"}, {"vae": (3, 0), "samples": (6, 0)}),
         Node(10, "WanCoreExtendVideo", {"frames": 17, "overlap": 5, "conditioning": "auto",
