@@ -9,6 +9,7 @@ from . import (cache, conditioning, context, extend, host, i2v, latent, lora, mo
 from .declare import NodeSpec, use_client_text, v1_class, v3_class
 
 use_client_text(host.client_message)  # node errors reach API clients with model paths as <folder>/<file>
+host.register_routes()  # the canvas estimate reads a DiT file's size by its name (web/wancore.js)
 
 NODE_SPECS: tuple[NodeSpec, ...] = (
     *models.NODES, *conditioning.NODES, *prompt_rewrite.NODES, *latent.NODES, *sampler.NODES, *cache.NODES,

@@ -459,3 +459,50 @@ def chain_block_patches(patched, make: Callable[[int, Any], Callable], num_layer
     replace = transformer_options(patched).get("patches_replace", {}).get("dit", {})
     for i in range(num_layers):
         patched.set_model_patch_replace(make(i, replace.get(("double_block", i))), "dit", "double_block", i)
+
+
+# ---------------------------------------------------------------- the canvas estimate's model size (web/wancore.js)
+
+DIT_INFO_ROUTE = "/wancore/dit_info"
+
+
+def dit_file_summary(name: object) -> dict | None:
+    """What the canvas estimate needs of a diffusion model offered in ComfyUI's ``diffusion_models`` list: its
+    size and stored dtype from the safetensors header (``wan_core.estimate.dit_summary``), or None for a file that
+    is not a released Wan DiT size. Only names the list offers are opened (``NotInList`` otherwise): a client
+    can never make this read a path of its choosing."""
+    from wan_core.checkpoint.safetensors_file import read_header
+    from wan_core.estimate import dit_summary
+
+    path = model_path("diffusion_models", name)  # type: ignore[arg-type]
+    if path.suffix.lower() not in (".safetensors", ".sft") or not path.is_file():
+        return None
+    header = read_header(path)
+    return dit_summary({k: (e.dtype, e.shape) for k, e in header.tensors.items()})
+
+
+async def _dit_info(request):
+    from aiohttp import web
+
+    name = request.rel_url.query.get("name", "")
+    try:
+        summary = dit_file_summary(name)
+    except (ValueError, OSError):  # not listed, or not a readable safetensors file: the canvas falls back to the name
+        summary = None
+    return web.json_response({"name": name, "summary": summary})
+
+
+def register_routes() -> bool:
+    """Add ``DIT_INFO_ROUTE`` (GET ``?name=<file in diffusion_models>``) to ComfyUI's server; False outside
+    ComfyUI or before its server exists (tests, the CLI)."""
+    if not IN_COMFYUI:
+        return False
+    try:
+        from server import PromptServer
+    except Exception:  # noqa: BLE001 - no server module: nothing to register with
+        return False
+    instance = getattr(PromptServer, "instance", None)
+    if instance is None:
+        return False
+    instance.routes.get(DIT_INFO_ROUTE)(_dit_info)
+    return True

@@ -343,3 +343,65 @@ def _sig3(x: float) -> str:
     if x >= 10:
         return f"{math.floor(x * 10 + 0.5) / 10:.1f}"
     return f"{math.floor(x * 100 + 0.5) / 100:.2f}"
+
+
+# ---------------------------------------------------------------- context windows (what the canvas draws)
+
+def context_split(frames: int, window: int, overlap: int, schedule: str = "static", anchor: bool = True) -> dict:
+    """How context windows of ``window`` real frames overlapping by ``overlap`` real frames split a video of
+    ``frames`` real frames, in latent frames, as JSON-able ints.
+
+    ``anchor``: latent frame 0 heads every window (WanCoreContextWindows); False = ComfyUI's own
+    WanContextWindowsManual (``static_standard`` / ``batched`` / uniform schedules). Keys: ``latent_frames``,
+    ``length`` (latent frames per window), ``overlap`` (latent), ``covers`` (one window holds the video: the
+    plain sampler runs), ``windows`` (windows per step; 0 when the schedule picks a new set each step).
+    """
+    latent = max(frames - 1, 0) // FIXED["vae_time"] + 1
+    length = max((window - 1) // FIXED["vae_time"] + 1, 1)
+    body = length - 1 if anchor else length
+    lat_overlap = min(max((overlap - 1) // FIXED["vae_time"] + 1, 0), max(body - 1, 0))
+    out = {"latent_frames": latent, "length": length, "overlap": lat_overlap, "covers": latent <= length,
+           "windows": 1}
+    if out["covers"]:
+        return out
+    n = latent - (1 if anchor else 0)
+    if schedule in ("static", "static_standard"):
+        count, start = 0, 0
+        while start < n:  # windows every body - overlap frames, the last one moved back to end on the last frame
+            count += 1
+            if min(start, n - body) + body >= n:
+                break
+            start += body - lat_overlap
+        out["windows"] = count
+    elif schedule == "batched":
+        out["windows"] = -(-n // body)
+    else:
+        out["windows"] = 0
+    return out
+
+
+# ---------------------------------------------------------------- a DiT file's size from its header
+
+DIT_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "model.")
+_STORED_DTYPES = {"F8_E4M3": "fp8", "F8_E5M2": "fp8", "BF16": "bf16", "F16": "fp16", "F32": "fp32"}
+
+
+def dit_summary(tensors: dict[str, tuple[str, Sequence[int]]]) -> dict | None:
+    """``{"size": "1.3B" | "14B" | "5B", "dtype": stored weight dtype, "layers", "dim"}`` of a Wan DiT from its
+    safetensors header (name -> (dtype code, shape)), or None when it is not a released Wan DiT size. ``dtype``
+    is that of the block Linear weights (``fp8`` for fp8-scaled files, whose other tensors stay 16-bit)."""
+    for prefix in ("", *DIT_PREFIXES):
+        probe = tensors.get(prefix + "blocks.0.ffn.0.weight")
+        if probe is not None and prefix + "head.modulation" in tensors:
+            break
+    else:
+        return None
+    dim = int(tensors[prefix + "head.modulation"][1][-1])
+    ffn_dim = int(probe[1][0])
+    layers = 1 + max(int(k[len(prefix):].split(".")[1]) for k in tensors
+                     if k.startswith(prefix + "blocks.") and k[len(prefix) + 7:].split(".")[0].isdigit())
+    size = next((s for s, row in MODELS.items()
+                 if (row["dim"], row["ffn_dim"], row["num_layers"]) == (dim, ffn_dim, layers)), None)
+    if size is None:
+        return None
+    return {"size": size, "dtype": _STORED_DTYPES.get(str(probe[0]).upper(), "bf16"), "layers": layers, "dim": dim}

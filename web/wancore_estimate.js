@@ -289,3 +289,33 @@ export function expectedEvaluations({
   const work = total ? (expected - reused * share) / total : 1.0;
   return { total, expected, minimum, exact, attention_reused: reused, work };
 }
+
+// ---------------------------------------------------------------- context windows (wan_core/estimate.py context_split)
+
+// How windows of `window` real frames overlapping by `overlap` real frames split `frames` real frames, in latent
+// frames; anchor = latent frame 0 heads every window (WanCoreContextWindows), false = ComfyUI's own node.
+export function contextSplit(frames, window, overlap, schedule = "static", anchor = true) {
+  const latent = floorDiv(Math.max(frames - 1, 0), FIXED.vae_time) + 1;
+  const length = Math.max(floorDiv(window - 1, FIXED.vae_time) + 1, 1);
+  const body = anchor ? length - 1 : length;
+  const latOverlap = Math.min(Math.max(floorDiv(overlap - 1, FIXED.vae_time) + 1, 0), Math.max(body - 1, 0));
+  const out = { latent_frames: latent, length, overlap: latOverlap, covers: latent <= length, windows: 1 };
+  if (out.covers) return out;
+  const n = latent - (anchor ? 1 : 0);
+  if (schedule === "static" || schedule === "static_standard") {
+    let count = 0;
+    for (let start = 0; start < n; start += body - latOverlap) {
+      count += 1;
+      if (Math.min(start, n - body) + body >= n) break;
+    }
+    out.windows = count;
+  } else if (schedule === "batched") {
+    out.windows = Math.ceil(n / body);
+  } else {
+    out.windows = 0;
+  }
+  return out;
+}
+
+// A share as a whole percent, rounded as Python's round() (half to even), so the canvas and the CLI agree.
+export const percent = (share) => roundHalfEven(share * 100);

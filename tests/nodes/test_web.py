@@ -94,6 +94,9 @@ export const app = {
 };
 """
 
+# no server: the model file's header is unknown, the estimate goes by the file name
+API_STUB = "export const api = { async fetchApi() { return { ok: false }; } };\n"
+
 CANVAS_HARNESS = """
 import { app } from "./scripts/app.js";
 await import("./extensions/wancore/wancore.js");
@@ -153,6 +156,7 @@ def canvas(tmp_path):
         shutil.copy(p, ext / p.name)
     (tmp_path / "scripts").mkdir()
     (tmp_path / "scripts" / "app.js").write_text(APP_STUB)
+    (tmp_path / "scripts" / "api.js").write_text(API_STUB)
     (tmp_path / "package.json").write_text('{"type": "module"}')
     harness = tmp_path / "canvas_harness.js"
     harness.write_text(CANVAS_HARNESS)
