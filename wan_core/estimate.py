@@ -352,7 +352,7 @@ def context_split(frames: int, window: int, overlap: int, schedule: str = "stati
     ``frames`` real frames, in latent frames, as JSON-able ints.
 
     ``anchor``: latent frame 0 heads every window (WanCoreContextWindows); False = ComfyUI's own
-    WanContextWindowsManual (``static_standard`` / ``batched`` / uniform schedules). Keys: ``latent_frames``,
+    WanContextWindowsManual (``standard_static`` / ``batched`` / uniform schedules). Keys: ``latent_frames``,
     ``length`` (latent frames per window), ``overlap`` (latent), ``covers`` (one window holds the video: the
     plain sampler runs), ``windows`` (windows per step; 0 when the schedule picks a new set each step).
     """
@@ -365,7 +365,7 @@ def context_split(frames: int, window: int, overlap: int, schedule: str = "stati
     if out["covers"]:
         return out
     n = latent - (1 if anchor else 0)
-    if schedule in ("static", "static_standard"):
+    if schedule in ("static", "standard_static"):
         count, start = 0, 0
         while start < n:  # windows every body - overlap frames, the last one moved back to end on the last frame
             count += 1

@@ -127,9 +127,10 @@ function loaderSettings(loader) {
   if (choice.includes("fp8")) dtype = "fp8";
   else if (["fp32", "fp16", "bf16"].includes(choice)) dtype = choice;
   else if (loader.type === "UNETLoader") dtype = info?.dtype ?? nameDtype(name); // "default": as stored
-  else dtype = "bf16"; // our loader's auto: bf16 on a GPU
+  else dtype = (info?.dtype ?? nameDtype(name)) === "fp8" ? "fp8" : "bf16"; // our auto: fp8 files stay fp8, else bf16
   const skiparse = String(widgetValue(loader, ["skiparse"], "none"));
-  return { model: info?.size ?? modelSizeFromName(name), dtype,
+  const named = /1\.3b|14b|5b/i.test(name); // else the size is a guess (the built-in demo model is far smaller)
+  return { model: info?.size ?? modelSizeFromName(name), assumed: !info && !named, dtype,
            skiparse: ["none", "osp13", "suv"].includes(skiparse) ? skiparse : "none",
            skiparse_k: Number(widgetValue(loader, ["skiparse_k"], 4)) || 4, skiparse_custom: null,
            known: true, header: Boolean(info) };
@@ -205,7 +206,7 @@ function contextSettings(node) {
   const ours = node.type === "WanCoreContextWindows";
   return { frames: Number(widgetValue(node, ["context_frames", "context_length"], 81)),
            overlap: Number(widgetValue(node, ["context_overlap"], 30)),
-           schedule: String(widgetValue(node, ["context_schedule"], ours ? "static" : "static_standard")),
+           schedule: String(widgetValue(node, ["context_schedule"], ours ? "static" : "standard_static")),
            anchor: ours ? Boolean(widgetValue(node, ["anchor_first_frame"], true)) : false };
 }
 
@@ -245,20 +246,18 @@ function gather(node) {
            context: CONTEXTS.includes(contextNode?.type) ? contextSettings(contextNode) : null };
 }
 
-// One line: how the connected context windows split the video, with one window's tokens and peak (activations
+// Two lines: how the connected context windows split the video, then one window's tokens and peak (activations
 // are sized by the window, not the video).
-function contextLine(context, latent, model, sampler) {
+function contextLines(context, latent, model, sampler) {
   const s = contextSplit(latent.frames, context.frames, context.overlap, context.schedule, context.anchor);
   if (s.covers) {
-    return `context window ${s.length} latent frames ≥ the video's ${s.latent_frames}: one window, the plain sampler`;
+    return [`context window ${s.length} latent frames ≥ the video's ${s.latent_frames}: one window, the plain sampler`];
   }
   const w = estimate({ ...latent, ...model, ...sampler, frames: (s.length - 1) * 4 + 1 });
-  const per = `${w.tokens.toLocaleString("en-US")} tokens · ≈ ${formatBytes(w.peak_bytes)} peak per window`;
-  if (!s.windows) {
-    return `context windows of ${s.length} latent frames (${context.schedule}: a new set each step) · ${per}`;
-  }
-  return `context windows: ${s.windows} × ${s.length} latent frames · ${per} · ` +
-         `${formatFlops(w.flops_total * s.windows)} for ${sampler.steps} steps`;
+  const per = `per window: ${w.tokens.toLocaleString("en-US")} tokens · ≈ ${formatBytes(w.peak_bytes)} peak`;
+  if (!s.windows) return [`context windows of ${s.length} latent frames (${context.schedule}: a new set each step)`, per];
+  return [`context windows: ${s.windows} × ${s.length} latent frames · ` +
+          `${formatFlops(w.flops_total * s.windows)} for ${sampler.steps} steps`, per];
 }
 
 // One line: the DiT evaluations the connected cache is expected to compute (exact for off/exact/wan).
@@ -279,7 +278,8 @@ export function describe(node) {
   const e = estimate({ ...latent, ...model, ...sampler });
   const sparse = model.skiparse !== "none"
     ? ` · ${formatFlops(e.attention_flops)} ${model.skiparse} (${percent(e.attention_ratio)}%)` : "";
-  const who = model.known ? `${model.model} ${model.dtype}` : `${model.model} bf16 (no loader connected)`;
+  const who = !model.known ? `${model.model} bf16 (no loader connected)`
+    : `${model.model}${model.assumed ? " (assumed)" : ""} ${model.dtype}`;
   const lines = [
     `latent [${e.latent_shape.join(", ")}] · ${e.tokens.toLocaleString("en-US")} tokens`,
     `attention ${formatFlops(e.attention_flops_dense)}/step dense${sparse}`,
@@ -287,7 +287,7 @@ export function describe(node) {
     `≈ ${formatBytes(e.peak_bytes)} peak · ${formatFlops(e.flops_total)} for ${sampler.steps} steps`,
   ];
   const notes = cache ? [cacheLine(cache, sampler, model, e.tokens)] : [];
-  if (context) notes.push(contextLine(context, latent, model, sampler));
+  if (context) notes.push(...contextLines(context, latent, model, sampler));
   return { lines, problems: e.problems, notes };
 }
 

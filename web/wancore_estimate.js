@@ -302,7 +302,7 @@ export function contextSplit(frames, window, overlap, schedule = "static", ancho
   const out = { latent_frames: latent, length, overlap: latOverlap, covers: latent <= length, windows: 1 };
   if (out.covers) return out;
   const n = latent - (anchor ? 1 : 0);
-  if (schedule === "static" || schedule === "static_standard") {
+  if (schedule === "static" || schedule === "standard_static") {
     let count = 0;
     for (let start = 0; start < n; start += body - latOverlap) {
       count += 1;

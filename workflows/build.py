@@ -218,6 +218,15 @@ LONG_PROMPT = ("Aerial drone shot gliding slowly along a winding river through a
 POSITIVE = ("#232", "#353")
 NEGATIVE = ("#322", "#533")
 
+# What web/wancore.js draws under every latent-making node and sampler of these graphs (checked in headless
+# Chromium against a real ComfyUI: bench/canvas_check.mjs).
+_CANVAS_NOTE = ("The grey lines under the latent and sampler nodes are WanCore's live cost estimate (latent shape "
+                "and tokens, attention per step, DiT weights + activations, peak memory and FLOPs for the steps; "
+                "a Wan 2.2 A14B pair: one expert); green lines add a connected cache's expected DiT evaluations "
+                "and how context windows split the video, with each window's tokens and peak memory; a red line "
+                "flags a frame count that is not 4n+1 or a size the model cannot take (multiples of 16; 32 for "
+                "Wan 2.2 TI2V-5B).\n")
+
 _FILES_NOTE = """
 **Model files** (ComfyUI's repackaged Wan 2.1 files; the loaders offer the download):
 
@@ -228,9 +237,7 @@ ComfyUI/models/
 └── vae/wan_2.1_vae.safetensors
 ```
 Source: huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged (split_files/...).
-The grey lines under the latent and sampler nodes are WanCore's live cost estimate; a red line flags a
-frame count that is not 4n+1 or a size that is not a multiple of 16.
-"""
+""" + _CANVAS_NOTE
 
 
 def _loaders(model_values: dict | None = None) -> list[Node]:
@@ -314,7 +321,7 @@ ComfyUI/models/
 ```
 Source: huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged (split_files/...). Put the image(s) in ComfyUI's input
 folder or upload them in the Load Image node(s); see docs/i2v.md.
-"""
+""" + _CANVAS_NOTE
 
 
 def image_workflows() -> list[Workflow]:
@@ -360,7 +367,7 @@ ComfyUI/models/
 ```
 Source: huggingface.co/Comfy-Org/Wan_2.2_ComfyUI_Repackaged (split_files/...); the text encoder is Wan 2.1's.
 See docs/wan22.md.
-"""
+""" + _CANVAS_NOTE
 
 
 def wan22_workflows() -> list[Workflow]:
@@ -742,7 +749,10 @@ def _display_name(decl) -> str:
     return decl.display_name
 
 
-_ESTIMATE_NODES = ("WanCoreEmptyLatent", "WanCoreSampler")  # web/wancore.js draws 4 lines under these
+# web/wancore.js draws 4 lines under these (LATENT_NODES and SAMPLERS there; ComfyUI's over a Wan model)
+_ESTIMATE_NODES = ("WanCoreEmptyLatent", "WanCoreImageToVideo", "WanCoreExtendVideo", "WanCoreEmptyLatent22",
+                   "WanCoreImageToVideoLatent22", "EmptyHunyuanLatentVideo", "WanCoreSampler", "KSampler",
+                   "KSamplerAdvanced")
 
 
 def _node_size(node: Node, decl) -> list[int]:
@@ -752,8 +762,10 @@ def _node_size(node: Node, decl) -> list[int]:
         height += 110 if getattr(i, "multiline", False) else 24
     if node.type in _ESTIMATE_NODES:
         height += 4 * 15 + 8  # web/wancore.js extraHeight(0)
-    if node.type == "WanCoreSampler" and "cache" in node.links:
-        height += 15  # web/wancore.js: one more line with the cache's expected DiT evaluations
+    if node.type == "WanCoreSampler":  # web/wancore.js: one more line for a cache, two for context windows
+        height += 15 * (("cache" in node.links) + 2 * ("context" in node.links))
+    elif node.type in ("KSampler", "KSamplerAdvanced"):  # the same lines for native patches upstream (room for all)
+        height += 3 * 15
     width = 420 if node.type == "WanCoreTextEncode" else 360 if node.type in _ESTIMATE_NODES else 320
     if node.type == "SaveVideo":  # room for the video preview
         width, height = 420, 420

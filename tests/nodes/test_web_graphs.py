@@ -5,6 +5,7 @@ summary served as the ``/wancore/dit_info`` route would), each drawn number chec
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,7 +27,8 @@ STUBS = {
     "scripts/api.js": "export const api = { asked: [], async fetchApi(url) {\n"
                       "  this.asked.push(url);\n"
                       "  const name = decodeURIComponent(url.split('name=')[1]);\n"
-                      "  return { ok: true, json: async () => ({ name, summary: globalThis.DIT_INFO[name] ?? null }) };\n"
+                      "  const summary = globalThis.DIT_INFO[name] ?? null;\n"
+                      "  return { ok: true, json: async () => ({ name, summary }) };\n"
                       "} };\n",
 }
 
@@ -120,7 +122,7 @@ def native_graph(latent_type="EmptyHunyuanLatentVideo", latent_widgets=None, une
             node(3, "WanCoreNativeCache", {"method": "easycache", "threshold": -1, "start": -1, "end": -1},
                  ["model"], ["MODEL"]),
             node(4, "WanContextWindowsManual", {"context_length": 81, "context_overlap": 30,
-                                                "context_schedule": "static_standard"}, ["model"], ["MODEL"]),
+                                                "context_schedule": "standard_static"}, ["model"], ["MODEL"]),
             node(5, "ModelSamplingSD3", {"shift": 8.0}, ["model"], ["MODEL"]),
             node(6, latent_type, latent_widgets or {"width": 832, "height": 480, "length": 161, "batch_size": 1},
                  [], latent_out),
@@ -144,17 +146,18 @@ def test_native_ksampler_over_a_wan_unet_draws_the_python_estimate(run_graph):
         for line in estimate_lines(e, 20):
             assert line in out["text"][nid], (nid, line, out["text"][nid])
         assert "1.3B fp16: weights" in out["text"][nid]
-        assert E.format_flops(e["attention_flops"]) + f" osp13 ({round(e['attention_ratio'] * 100)}%)" in out["text"][nid]
+        sparse = E.format_flops(e["attention_flops"]) + f" osp13 ({round(e['attention_ratio'] * 100)}%)"
+        assert sparse in out["text"][nid]
     c = expected_evaluations("easycache", steps=20, guidance=6.0, model="1.3B", tokens=e["tokens"])
     assert (f"cache easycache: ≈ {c['expected']}/{c['total']} DiT evaluations (published speed-up; ≥ {c['minimum']}) "
             f"· ≈ {round(c['work'] * 100)}% DiT work") in out["text"][7]
     assert "cache" not in out["text"][6]  # the cache line is the sampler's
-    split = E.context_split(161, 81, 30, "static_standard", anchor=False)
+    split = E.context_split(161, 81, 30, "standard_static", anchor=False)
     w = E.estimate(width=832, height=480, frames=(split["length"] - 1) * 4 + 1, model="1.3B", dtype="fp16",
                    skiparse="osp13", steps=20, guidance=6.0)
-    want = (f"context windows: {split['windows']} × {split['length']} latent frames · {w['tokens']:,} tokens · "
-            f"≈ {E.format_bytes(w['peak_bytes'])} peak per window · "
-            f"{E.format_flops(w['flops_total'] * split['windows'])} for 20 steps")
+    want = (f"context windows: {split['windows']} × {split['length']} latent frames · "
+            f"{E.format_flops(w['flops_total'] * split['windows'])} for 20 steps\n"
+            f"per window: {w['tokens']:,} tokens · ≈ {E.format_bytes(w['peak_bytes'])} peak")
     assert want in out["text"][7] and want in out["text"][6]
     for nid in (1, 2, 3, 4, 5):
         assert out["text"][nid] == ""  # loaders and patches draw nothing
@@ -211,7 +214,7 @@ def test_our_image_to_video_wan22_and_extension_nodes(run_graph):
     ], "links": [[1, 0, 3, "model"], [2, 1, 3, "latent"], [3, 0, 4, "samples"], [4, 0, 5, "images"],
                  [1, 0, 6, "model"], [5, 1, 6, "latent"], [8, 0, 3, "context"], [9, 0, 3, "cache"]], "dit_info": {}}
     out = run_graph(spec)
-    e = E.estimate(width=832, height=480, frames=81, model="14B", dtype="bf16", steps=40)
+    e = E.estimate(width=832, height=480, frames=81, model="14B", dtype="fp8", steps=40)  # auto keeps fp8 files fp8
     for nid in (2, 3):
         for line in estimate_lines(e, 40):
             assert line in out["text"][nid]
@@ -220,7 +223,7 @@ def test_our_image_to_video_wan22_and_extension_nodes(run_graph):
         in out["text"][3]
     split = E.context_split(81, 33, 8, "static", anchor=True)
     assert f"context windows: {split['windows']} × {split['length']} latent frames" in out["text"][3]
-    ext = E.estimate(width=832, height=480, frames=49, model="14B", dtype="bf16", steps=30)  # size from upstream
+    ext = E.estimate(width=832, height=480, frames=49, model="14B", dtype="fp8", steps=30)  # size from upstream
     for nid in (5, 6):
         for line in estimate_lines(ext, 30):
             assert line in out["text"][nid]
@@ -244,8 +247,8 @@ def test_context_split_counts_the_core_windows(frames, window, overlap):
                                                                     cw.covers(split["latent_frames"]))
 
 
-def _comfy_static_standard(n: int, length: int, overlap: int) -> int:
-    """ComfyUI 0.3.64's create_windows_static_standard, restated: how many windows it makes."""
+def _comfy_standard_static(n: int, length: int, overlap: int) -> int:
+    """ComfyUI 0.3.64's create_windows_standard_static, restated: how many windows it makes."""
     if n <= length:
         return 1
     count, start = 0, 0
@@ -259,14 +262,14 @@ def _comfy_static_standard(n: int, length: int, overlap: int) -> int:
 @pytest.mark.parametrize("frames,window,overlap", [(161, 81, 30), (321, 81, 16), (201, 33, 8), (81, 81, 0),
                                                    (121, 17, 4)])
 def test_context_split_counts_comfyui_windows(frames, window, overlap):
-    split = E.context_split(frames, window, overlap, "static_standard", anchor=False)
+    split = E.context_split(frames, window, overlap, "standard_static", anchor=False)
     n, length = (frames - 1) // 4 + 1, (window - 1) // 4 + 1
-    assert split["windows"] == _comfy_static_standard(n, length, max((overlap - 1) // 4 + 1, 0))
+    assert split["windows"] == _comfy_standard_static(n, length, max((overlap - 1) // 4 + 1, 0))
 
 
 def test_js_context_split_equals_python(run_graph, tmp_path):
     cases = [[f, w, o, s, a] for f in (33, 81, 161, 321) for w, o in ((17, 4), (33, 8), (81, 30))
-             for s in ("static", "static_standard", "batched", "uniform_standard") for a in (True, False)]
+             for s in ("static", "standard_static", "batched", "standard_uniform") for a in (True, False)]
     script = tmp_path / "split.mjs"
     script.write_text(f"import {{ contextSplit }} from {json.dumps((WEB / 'wancore_estimate.js').as_uri())};\n"
                       "console.log(JSON.stringify(JSON.parse(process.argv[2]).map((c) => contextSplit(...c))));\n")
@@ -288,3 +291,35 @@ def test_dit_summary_reads_size_and_dtype_from_shapes():
     assert E.dit_summary(_header(3072, 14336, 30))["size"] == "5B"
     assert E.dit_summary(_header(64, 128, 2)) is None  # a test-size model: no released size
     assert E.dit_summary({"model.layers.0.weight": ("BF16", (4, 4))}) is None  # not a Wan DiT
+
+
+# ---------------------------------------------------------------- the server route's answer (nodes/host.py)
+
+def _write_header(path: Path, tensors: dict) -> None:
+    """A safetensors file with ``tensors`` (name -> (dtype, shape)) whose data is a sparse hole."""
+    nbytes = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1}
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        size = nbytes[dtype] * math.prod(shape)
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    blob = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(len(blob).to_bytes(8, "little") + blob)
+        f.truncate(8 + len(blob) + offset)
+
+
+def test_dit_info_route_reads_listed_files_only(models_dir):
+    from nodes import host
+
+    folder = models_dir / "diffusion_models"
+    folder.mkdir(exist_ok=True)
+    _write_header(folder / "anything.safetensors", _header(5120, 13824, 40, "F8_E4M3", "model.diffusion_model."))
+    assert host.dit_file_summary("anything.safetensors") == {"size": "14B", "dtype": "fp8", "layers": 40,
+                                                               "dim": 5120}
+    _write_header(folder / "tiny.safetensors", _header(64, 128, 2))
+    assert host.dit_file_summary("tiny.safetensors") is None
+    for name in (str(folder / "anything.safetensors"), "../diffusion_models/anything.safetensors", "missing.sft"):
+        with pytest.raises(host.NotInList):  # never a path: the same refusal whether or not it exists
+            host.dit_file_summary(name)
+    assert host.register_routes() is False  # outside ComfyUI there is no server to add it to
