@@ -20,7 +20,7 @@ def normalised_encode(vae64, video: torch.Tensor) -> torch.Tensor:
 
 
 def nearest_exact_indices(src: int, dst: int) -> list[int]:
-    """Source frame of each of ``dst`` output frames, as PyTorch's nearest-exact picks them: floor((i + 0.5) src/dst)."""
+    """Source frame of each of ``dst`` output frames as nearest-exact picks them: floor((i + 0.5) src / dst)."""
     return [min(math.floor((i + 0.5) * src / dst), src - 1) for i in range(dst)]
 
 
