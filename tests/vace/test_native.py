@@ -68,10 +68,10 @@ def test_native_node_soft_mask_differs_from_the_official_split(vae, vae64):
 
 def test_round_trip_through_native_entries(vae):
     gen = torch.Generator().manual_seed(2)
-    frames = torch.rand(2, 3, 5, 16, 16, generator=gen) * 2 - 1
-    ctx = vace_context(vae, frames, torch.rand(2, 1, 5, 16, 16, generator=gen), [[torch.zeros(3, 16, 16)]] * 2)
+    frames = torch.rand(2, 3, 1, 16, 16, generator=gen) * 2 - 1
+    ctx = vace_context(vae, frames, torch.rand(2, 1, 1, 16, 16, generator=gen), [[torch.zeros(3, 16, 16)]] * 2)
     native = to_native(ctx.context, 0.5)
-    assert native["vace_frames"][0].shape == (2, 32, 3, 2, 2) and native["vace_mask"][0].shape == (2, 64, 3, 2, 2)
+    assert native["vace_frames"][0].shape == (2, 32, 2, 2, 2) and native["vace_mask"][0].shape == (2, 64, 2, 2, 2)
     mean = torch.tensor(LATENTS_MEAN).view(1, 16, 1, 1)
     assert torch.allclose(native["vace_frames"][0][:, 16:32, 0], mean.expand(2, 16, 2, 2))  # zeros -> the means
     ((back, s),) = from_native(native["vace_frames"], native["vace_mask"], native["vace_strength"])

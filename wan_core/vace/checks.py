@@ -86,15 +86,18 @@ def check_masks(masks: torch.Tensor, shape: Sequence[int] | None = None) -> torc
 
 
 def resolve_video(frames: torch.Tensor | None, masks: torch.Tensor | None,
-                  size: tuple[int, int, int] | None, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+                  size: tuple[int, int, int] | None, batch: int | None,
+                  default_batch: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """The frames and masks ``vace_context`` works on: no frames = grey (zeros), no masks = all ones (all
-    generated). ``size`` ``(frames, height, width)`` is required when neither is given and refused otherwise."""
+    generated). ``size`` ``(frames, height, width)`` (and ``batch``, else ``default_batch``) is required when
+    neither is given and refused otherwise."""
     if frames is not None or masks is not None:
-        if size is not None:
-            raise ValueError("size: give it only when neither frames nor masks are given (they set the size)")
+        if size is not None or batch is not None:
+            raise ValueError("size, batch: give them only when neither frames nor masks are given (they set both)")
         if frames is not None:
             frames = check_frames(frames)
-            masks = torch.ones_like(frames[:, :1]) if masks is None else check_masks(masks, frames.shape)
+            given = None if masks is None else check_masks(masks, frames.shape).to(frames.device)
+            masks = torch.ones_like(frames[:, :1]) if given is None else given
         else:
             masks = check_masks(masks)  # type: ignore[arg-type]
             frames = torch.zeros_like(masks).expand(-1, 3, -1, -1, -1).contiguous()
@@ -103,7 +106,10 @@ def resolve_video(frames: torch.Tensor | None, masks: torch.Tensor | None,
         raise ValueError(f"size: expected (frames, height, width) when neither frames nor masks are given, got {size}")
     t, h, w = (int(n) for n in size)
     check_size(h, w, t, "size")
-    return torch.zeros(batch, 3, t, h, w), torch.ones(batch, 1, t, h, w)
+    n = default_batch if batch is None else int(batch)
+    if n < 1:
+        raise ValueError(f"batch: expected a positive int, got {batch}")
+    return torch.zeros(n, 3, t, h, w), torch.ones(n, 1, t, h, w)
 
 
 def _one_item(item, index: int) -> list[torch.Tensor]:

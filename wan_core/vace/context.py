@@ -91,8 +91,8 @@ def vace_context(vae, frames: torch.Tensor | None = None, masks: torch.Tensor | 
     encoded latent frames over all encodes, ``interrupt`` is asked before each.
     """
     check_vae(vae)
-    n = batch if batch is not None else (len(ref_images) if ref_images is not None else 1)
-    frames, masks = resolve_video(frames, masks, size, n)
+    default_batch = len(ref_images) if isinstance(ref_images, (list, tuple)) and ref_images else 1
+    frames, masks = resolve_video(frames, masks, size, batch, default_batch)
     b, _, t, h, w = frames.shape
     refs = check_references(ref_images, b, t)
     n_ref, f_lat = len(refs[0]), latent_frames(t)
