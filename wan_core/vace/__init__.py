@@ -10,8 +10,10 @@ from .context import LATENT_CHANNELS, VACE_CHANNELS, VaceContext, vace_context
 from .mask import MASK_CHANNELS, fold_mask
 from .native import from_native, from_native_conditioning, to_native
 from .reference import fit_reference, max_reference_images
+from .resize import resize_crop, resize_mask
 from .tasks import VaceInput, extend_clip, first_last_frame, inpaint, outpaint, reference_only
 
 __all__ = ["LATENT_CHANNELS", "MASK_CHANNELS", "MULTIPLE", "PIXEL_SLACK", "VACE_CHANNELS", "VaceContext", "VaceInput",
            "extend_clip", "first_last_frame", "fit_reference", "fold_mask", "from_native", "from_native_conditioning",
-           "inpaint", "max_reference_images", "outpaint", "reference_only", "to_native", "vace_context"]
+           "inpaint", "max_reference_images", "outpaint", "reference_only", "resize_crop", "resize_mask", "to_native",
+           "vace_context"]
