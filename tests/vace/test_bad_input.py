@@ -55,7 +55,9 @@ CASES = [
      "ref_images: at most 2 reference images for a 5-frame video .* got 3"),
     (dict(frames=v(2, 3, 5, 16, 16), ref_images=[[v(3, 16, 16)], []]),
      "same number of reference images, got \\[0, 1\\]"),
-    (dict(frames=v(1, 3, 5, 16, 16), ref_images=["image.png"]), "ref_images\\[0\\]\\[0\\]: expected an RGB image"),
+    (dict(frames=v(1, 3, 5, 16, 16), ref_images=["image.png"]),
+     "ref_images\\[0\\]: expected .* \\(load image files first\\), got str"),
+    (dict(size=5), "size: expected \\(frames, height, width\\)"),
 ]
 
 

@@ -102,7 +102,7 @@ def resolve_video(frames: torch.Tensor | None, masks: torch.Tensor | None,
             masks = check_masks(masks)  # type: ignore[arg-type]
             frames = torch.zeros_like(masks).expand(-1, 3, -1, -1, -1).contiguous()
         return frames, masks
-    if size is None or len(size) != 3:
+    if not isinstance(size, (tuple, list)) or len(size) != 3:
         raise ValueError(f"size: expected (frames, height, width) when neither frames nor masks are given, got {size}")
     t, h, w = (int(n) for n in size)
     check_size(h, w, t, "size")
@@ -118,10 +118,11 @@ def _one_item(item, index: int) -> list[torch.Tensor]:
         return []
     if isinstance(item, torch.Tensor):
         images = [item] if item.dim() == 3 else list(item) if item.dim() == 4 else [item]
-    elif isinstance(item, Sequence):
+    elif isinstance(item, Sequence) and not isinstance(item, str):
         images = list(item)
     else:
-        raise ValueError(f"ref_images[{index}]: expected [3, H, W] tensors, got {type(item).__name__}")
+        raise ValueError(f"ref_images[{index}]: expected [3, H, W] tensors (load image files first), got "
+                         f"{type(item).__name__}")
     for j, img in enumerate(images):
         if not isinstance(img, torch.Tensor) or img.dim() != 3 or img.shape[0] != 3:
             hint = " (channels last? expected [3, H, W]; drop alpha first)" if isinstance(img, torch.Tensor) else ""

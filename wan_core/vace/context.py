@@ -99,9 +99,10 @@ def vace_context(vae, frames: torch.Tensor | None = None, masks: torch.Tensor | 
     stages = _Stages(progress, 2 * b * f_lat + b * n_ref)
 
     m = reactive_mask(masks)
-    # inactive and reactive parts in one batch: one streamed encode, each item encoded on its own as officially
-    parts = _encode(vae, torch.cat([frames * (1 - m), frames * m]), tiling, stages.stage(2 * b * f_lat), interrupt)
-    latents = torch.cat([parts[:b], parts[b:]], dim=1)  # [B, 32, F, h, w]
+    # one part at a time: a 720p 81-frame video is ~0.9 GB per float32 copy
+    inactive = _encode(vae, frames * (1 - m), tiling, stages.stage(b * f_lat), interrupt)
+    reactive = _encode(vae, frames * m, tiling, stages.stage(b * f_lat), interrupt)
+    latents = torch.cat([inactive, reactive], dim=1)  # [B, 32, F, h, w]
     mask = fold_mask(masks)  # [B, 64, F, h, w]
     if n_ref:
         fitted = [fit_reference(img.to(frames.device), h, w) for item in refs for img in item]
