@@ -30,7 +30,7 @@ class BlockType:
         return k // self.block_size * self.type_size
 
 
-# ids and sizes as in ggml.h (checked against the gguf package in tests/quant/test_ggml_blocks.py)
+# ids and sizes as in ggml.h (checked against the gguf package in tests/checkpoint/test_ggml_blocks.py)
 BLOCK_TYPES: dict[str, BlockType] = {t.name: t for t in (
     BlockType("F32", 0, 1, 4), BlockType("F16", 1, 1, 2), BlockType("BF16", 30, 1, 2),
     BlockType("Q4_0", 2, 32, 18), BlockType("Q4_1", 3, 32, 20), BlockType("Q5_0", 6, 32, 22),

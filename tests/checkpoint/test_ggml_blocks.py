@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from wan_core.quant.ggml_blocks import BLOCK_TYPES, QK_K, dequantize_rows
+from wan_core.checkpoint.ggml_blocks import BLOCK_TYPES, QK_K, dequantize_rows
 
 gguf = pytest.importorskip("gguf")
 GT = gguf.GGMLQuantizationType
