@@ -8,6 +8,7 @@ at a time, copied once out of the memory map: resident weight bytes ~ the file's
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -58,7 +59,7 @@ def load_gguf_weights(model: nn.Module, sd: LazyStateDict, dtype: torch.dtype, d
     if bad:
         raise nonfinite_error(sd.source, bad)
     for layer, (qtype, raw) in blocks.items():
-        linear = model.get_submodule(layer)
+        linear = cast(nn.Linear, model.get_submodule(layer))  # only nn.Linear layers keep blocks
         quantized = GGUFLinear(raw, qtype, linear.in_features, tensors.pop(f"{layer}.bias", None),
                                compute_dtype=dtype)
         parent, _, leaf = layer.rpartition(".")

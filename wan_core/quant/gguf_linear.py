@@ -18,6 +18,7 @@ class GGUFLinear(nn.Module):
     """``nn.Linear`` replacement over GGUF blocks ``weight uint8 [N, row_bytes]`` of type ``qtype``; bias in
     ``compute_dtype``. x ``[..., K]`` -> ``[..., N]``. ``weight_shape`` is the logical ``(N, K)``."""
 
+    weight: torch.Tensor
     merged: torch.Tensor | None
 
     def __init__(self, raw: torch.Tensor, qtype: str, in_features: int, bias: torch.Tensor | None = None, *,
