@@ -3,8 +3,9 @@
 A quantised row of ``K`` values is ``K / block_size`` blocks of ``type_size`` bytes; each block holds f16
 scale(s) and packed integers. ``dequantize_rows(raw, qtype, dtype)`` turns ``raw uint8 [N, K/bs*ts]`` into
 ``[N, K]``: every kernel unpacks all blocks at once with shifts and masks (no per-block Python loop) and
-computes in float32 in the same order as the ``gguf`` package's numpy reference, with f16 scales converted to
-float32 exactly (subnormals included), so the result is bit-equal to it; the cast to ``dtype`` comes last.
+computes in float32 with the same roundings as the ``gguf`` package's numpy reference (in place: one float32
+buffer per call), with f16 scales converted to float32 exactly (subnormals included), so the result is
+bit-equal to it; the cast to ``dtype`` comes last.
 """
 from __future__ import annotations
 
@@ -71,15 +72,15 @@ def _bits(packed: torch.Tensor, group: int, width: int) -> torch.Tensor:
 
 
 def _q8_0(b: torch.Tensor) -> torch.Tensor:
-    return b[:, 2:].contiguous().view(torch.int8).float() * _f16(b, 0)
+    return b[:, 2:].contiguous().view(torch.int8).float().mul_(_f16(b, 0))
 
 
 def _q4_0(b: torch.Tensor) -> torch.Tensor:
-    return _f16(b, 0) * (_nibbles(b[:, 2:], 16).float() - 8)
+    return _nibbles(b[:, 2:], 16).float().sub_(8).mul_(_f16(b, 0))
 
 
 def _q4_1(b: torch.Tensor) -> torch.Tensor:
-    return _f16(b, 0) * _nibbles(b[:, 4:], 16).float() + _f16(b, 2)
+    return _nibbles(b[:, 4:], 16).float().mul_(_f16(b, 0)).add_(_f16(b, 2))
 
 
 def _five_bit(qh: torch.Tensor, qs: torch.Tensor) -> torch.Tensor:
@@ -89,11 +90,11 @@ def _five_bit(qh: torch.Tensor, qs: torch.Tensor) -> torch.Tensor:
 
 
 def _q5_0(b: torch.Tensor) -> torch.Tensor:
-    return _f16(b, 0) * (_five_bit(b[:, 2:6], b[:, 6:]).float() - 16)
+    return _five_bit(b[:, 2:6], b[:, 6:]).float().sub_(16).mul_(_f16(b, 0))
 
 
 def _q5_1(b: torch.Tensor) -> torch.Tensor:
-    return _f16(b, 0) * _five_bit(b[:, 4:8], b[:, 8:]).float() + _f16(b, 2)
+    return _five_bit(b[:, 4:8], b[:, 8:]).float().mul_(_f16(b, 0)).add_(_f16(b, 2))
 
 
 def _q2_k(b: torch.Tensor) -> torch.Tensor:
@@ -102,7 +103,7 @@ def _q2_k(b: torch.Tensor) -> torch.Tensor:
     dl = (_f16(b, 80) * (scales & 0x0F).float()).view(n, 16, 1)
     ml = (_f16(b, 82) * (scales >> 4).float()).view(n, 16, 1)
     q = _bits(b[:, 16:80], 32, 2).view(n, 16, 16).float()
-    return (dl * q - ml).view(n, QK_K)
+    return q.mul_(dl).sub_(ml).view(n, QK_K)
 
 
 def _q3_k(b: torch.Tensor) -> torch.Tensor:
@@ -114,7 +115,7 @@ def _q3_k(b: torch.Tensor) -> torch.Tensor:
     ql = _bits(b[:, 32:96], 32, 2).view(n, 16, 16)
     qh = (_bits(b[:, :32], 32, 1).view(n, 16, 16) ^ 1)  # a set bit means no -4 offset
     q = (ql.to(torch.int8) - (qh << 2).to(torch.int8)).float()
-    return (dl * q).view(n, QK_K)
+    return q.mul_(dl).view(n, QK_K)
 
 
 def _k_scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,7 +131,7 @@ def _q4_k_like(b: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     sc, mn = _k_scales(b[:, 4:16])
     d = (_f16(b, 0) * sc.float()).view(n, 8, 1)
     dm = (_f16(b, 2) * mn.float()).view(n, 8, 1)
-    return (d * q.view(n, 8, 32).float() - dm).view(n, QK_K)
+    return q.view(n, 8, 32).float().mul_(d).sub_(dm).view(n, QK_K)
 
 
 def _q4_k(b: torch.Tensor) -> torch.Tensor:
@@ -147,7 +148,7 @@ def _q6_k(b: torch.Tensor) -> torch.Tensor:
     ql = _nibbles(b[:, :128], 64)
     qh = _bits(b[:, 128:192], 32, 2)
     q = ((ql | (qh << 4)).to(torch.int8) - 32).view(n, 16, 16).float()
-    return (d * q).view(n, QK_K)
+    return q.mul_(d).view(n, QK_K)
 
 
 def _float(torch_dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
