@@ -38,3 +38,18 @@ def test_bad_requests_exit_2_in_one_line(tmp_path, monkeypatch, capsys, args, me
     assert main(["quantize", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def test_models_dir_search_finds_gguf_dits_only(tmp_path):
+    from wan_core.cli.model_files import candidates, identify
+
+    src = save_safetensors(random_weights(CFG), tmp_path / "m.safetensors")
+    (tmp_path / "models" / "unet").mkdir(parents=True)
+    (tmp_path / "models" / "vae").mkdir()
+    dit = tmp_path / "models" / "unet" / "wan-Q8_0.gguf"
+    assert main(["quantize", str(src), str(dit), "--type", "Q8_0"]) == 0
+    (tmp_path / "models" / "vae" / "v.gguf").write_bytes(dit.read_bytes())
+    assert candidates(tmp_path / "models", "dit") == [dit]
+    assert candidates(tmp_path / "models", "vae") == []
+    found = identify(dit, "dit")
+    assert found.ok and found.what.startswith("Wan 2.1 T2V DiT"), found

@@ -181,3 +181,20 @@ def test_missing_gguf_package_named(files, monkeypatch):
     monkeypatch.setitem(sys.modules, "gguf", None)
     with pytest.raises(CheckpointError, match="needs the gguf package: pip install gguf"):
         load_dit(files[1]["Q8_0"])
+
+
+def test_flf2v_gguf_keeps_image_layers_quantised_and_equals_twin(tmp_path):
+    cfg = DiTConfig(dim=64, ffn_dim=128, num_heads=2, num_layers=1, text_dim=32, in_dim=36, image_dim=24,
+                    image_pos_len=2 * 257)
+    path = tmp_path / "flf-Q8_0.gguf"
+    write_gguf(save_safetensors(random_weights(cfg), tmp_path / "flf.safetensors"), path, "Q8_0")
+    model = load_dit(path, dtype=torch.float32)
+    assert model.config.image_pos_len == 2 * 257 and model.config.image_dim == 24
+    assert isinstance(model.blocks[0].cross_attn.k_img, GGUFLinear)
+    twin = _twin(path, model.config)
+    g = torch.Generator().manual_seed(6)
+    x, t, ctx = _inputs(cfg)
+    x = x[:, :16]
+    image = (torch.randn(1, 20, 2, 4, 4, generator=g), torch.randn(1, 2 * 257, 24, generator=g))
+    with torch.no_grad():
+        assert _rel(model(x, t, ctx, *image), twin(x, t, ctx, *image)) <= 1e-4
