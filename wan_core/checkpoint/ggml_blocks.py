@@ -9,6 +9,7 @@ bit-equal to it; the cast to ``dtype`` comes last.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,9 +49,15 @@ def _f16(blocks: torch.Tensor, at: int) -> torch.Tensor:
     return blocks[:, at:at + 2].contiguous().view(torch.float16).float()
 
 
+@functools.lru_cache(maxsize=64)
+def _shift_amounts(shifts: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    # cached: a fresh small tensor per call would be a blocking host-to-GPU copy in every forward
+    return torch.tensor(shifts, dtype=torch.uint8, device=device)
+
+
 def _shifted(x: torch.Tensor, shifts: tuple[int, ...], axis: int) -> torch.Tensor:
     """``x >> s`` for every ``s`` in ``shifts``, stacked as a new dimension at ``axis`` (uint8 kept)."""
-    s = torch.tensor(shifts, dtype=torch.uint8, device=x.device)
+    s = _shift_amounts(shifts, x.device)
     shape = [1] * (x.dim() + 1)
     shape[axis] = len(shifts)
     return x.unsqueeze(axis) >> s.view(shape)

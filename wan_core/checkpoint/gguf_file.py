@@ -5,11 +5,13 @@ shape is reversed); quantised data are uint8 rows of blocks (``ggml_blocks``); a
 array overrides a shape; ``modulation`` tensors may have lost their leading 1. ``general.architecture`` is
 "wan", "pig" or absent for Wan files (the keys decide then); any other is refused, naming what the file is.
 
-The file is memory-mapped by ``gguf``; every tensor asked for is *copied* out of the map (no view is kept), so
-the loaded model owns its bytes and the map is freed with the reader: resident memory ~ the tensor bytes.
+The file is memory-mapped by ``gguf``; every tensor asked for is *copied* out of the map (no view is kept) and
+the map's pages of it are dropped at once, so the loaded model owns its bytes, the peak of a load stays near the
+tensor bytes and the map is freed with the reader.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import warnings
 from typing import Any
@@ -85,6 +87,7 @@ class GGUFFile:
         reader = _open(path)
         self.fields = {name: _field_value(f) for name, f in reader.fields.items() if not name.startswith("GGUF.")}
         self.architecture: str | None = self.fields.get("general.architecture")
+        self._map = reader.data  # numpy memmap of the whole file
         self._tensors = {t.name: t for t in reader.tensors}
         self._check_architecture()
         end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
@@ -150,7 +153,21 @@ class GGUFFile:
         except (ValueError, OSError) as e:
             raise GGUFFormatError(f"{self.path}: tensor {name} cannot be read ({e}); truncated or corrupt file?") \
                 from e
+        self._release(int(t.data_offset), int(t.n_bytes))
         return raw.reshape(int(t.n_elements) // int(t.shape[0]), -1)
+
+    def _release(self, offset: int, size: int) -> None:
+        """Drop the map's pages of a copied tensor: counted as this process's memory while mapped, they would
+        double the peak of a load (the file plus the copies)."""
+        mapped = getattr(self._map, "_mmap", None)
+        advise = getattr(mmap, "MADV_DONTNEED", None)
+        if mapped is None or advise is None:
+            return
+        start = offset - offset % mmap.PAGESIZE
+        try:
+            mapped.madvise(advise, start, offset + size - start)
+        except (OSError, ValueError):  # only a memory saving: never fail a load over it
+            pass
 
     def get(self, name: str) -> torch.Tensor:
         """The tensor in its stored float dtype (quantised types: dequantised to float32), torch shape."""
