@@ -26,7 +26,8 @@ from wan_core import load_dit
 from wan_core.checkpoint.ggml_blocks import BLOCK_TYPES, dequantize_rows
 from wan_core.config import DIT_PRESETS
 from wan_core.dit.model import WanDiT
-from wan_core.memory.streaming import rss_bytes
+from wan_core.memory.accounting import reset_peak_rss
+from wan_core.memory.streaming import peak_rss_bytes, rss_bytes
 from wan_core.quant.fp8 import is_block_linear, parameter_bytes
 from wan_core.quant.gguf_writer import write_gguf
 
@@ -83,13 +84,14 @@ def file_tensor_bytes(path: Path) -> int:
 def memory_report(name: str, path: Path, dtype: torch.dtype) -> None:
     gc.collect()
     before = rss_bytes()
+    exact_peak = reset_peak_rss()  # else VmHWM holds the peak of what ran before
     model = load_dit(path, dtype=dtype)
-    gc.collect()
-    grown = rss_bytes() - before
+    peak = peak_rss_bytes() - before
     tensors = file_tensor_bytes(path)
-    print(f"{name}: file tensor bytes {tensors / 2**20:.1f} MiB, resident weights {parameter_bytes(model) / 2**20:.1f} "
-          f"MiB ({parameter_bytes(model) / tensors:.3f}x), RSS growth over the load {grown / 2**20:.1f} MiB "
-          f"({grown / tensors:.2f}x)")
+    held = parameter_bytes(model)
+    print(f"{name}: file tensor bytes {tensors / 2**20:.1f} MiB, resident weights {held / 2**20:.1f} MiB "
+          f"({held / tensors:.3f}x), peak RSS over the load {peak / 2**20:.1f} MiB ({peak / tensors:.2f}x"
+          f"{'' if exact_peak else ', peak not resettable here: an upper bound'})")
     del model
 
 
