@@ -53,3 +53,14 @@ def test_models_dir_search_finds_gguf_dits_only(tmp_path):
     assert candidates(tmp_path / "models", "vae") == []
     found = identify(dit, "dit")
     assert found.ok and found.what.startswith("Wan 2.1 T2V DiT"), found
+
+
+def test_written_types_follow_city96():
+    from wan_core.quant.gguf_writer import tensor_type
+
+    f32 = torch.float32
+    assert tensor_type("blocks.3.cross_attn.v_img.weight", (64, 64), f32, "Q4_1") == "Q4_1"
+    assert tensor_type("blocks.0.ffn.2.weight", (64, 100), f32, "Q8_0") == "F16"  # rows not whole blocks
+    assert tensor_type("patch_embedding.weight", (64, 16, 1, 2, 2), torch.bfloat16, "Q8_0") == "F32"
+    assert tensor_type("text_embedding.0.weight", (64, 32), torch.bfloat16, "Q8_0") == "BF16"
+    assert tensor_type("blocks.0.ffn.0.bias", (128,), torch.float16, "Q8_0") == "F16"
