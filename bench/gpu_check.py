@@ -8,7 +8,10 @@
    (32 latents, overlap 8) vs diffusers default / enable_tiling, time and peak memory (bench/vae.py);
 5. block swap (docs/memory.md section 1) on an 8-block 1.3B-width DiT at --swap-grid, bf16 and fp8: 0 / 4 / 8
    blocks swapped with prefetch 1 and 2 (side CUDA stream): output identical to no swap, step time, peak
-   memory, most swapped blocks resident; with --compile also the blocks compiled (inductor) vs eager.
+   memory, most swapped blocks resident; with --compile also the blocks compiled (inductor) vs eager;
+6. GGUF weights (bench/gguf_weights.py, docs/gguf.md) at --gguf-grid: resident bytes vs file, a 2-block
+   1.3B-width forward Q8_0 / Q4_K / fp8_scaled / bf16 (dequantised on the GPU, per layer), and a 5120x5120 Q4_K
+   dequantise vs its matmul at --tokens rows (with --compile also torch.compile'd).
 
     python bench/gpu_check.py [--tokens 32760] [--repeats 5] [--device cuda]
 Runs on CPU too (small --tokens, e.g. --vae 5x64x64) so the script itself is checked where no GPU is lent.
@@ -58,6 +61,8 @@ def main() -> None:
     ap.add_argument("--swap-grid", type=int, nargs=3, default=[21, 30, 52], metavar=("F", "H", "W"),
                     help="latent patch grid of the block-swap check ('0 0 0': skip)")
     ap.add_argument("--compile", action="store_true", help="also time compiled blocks in the block-swap check")
+    ap.add_argument("--gguf-grid", type=int, nargs=3, default=[21, 30, 52], metavar=("F", "H", "W"),
+                    help="latent patch grid of the GGUF check ('0 0 0': skip)")
     args = ap.parse_args()
     dev = torch.device(args.device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
@@ -109,6 +114,19 @@ def main() -> None:
         vae_check(args.vae, dev, max(2, args.repeats // 2))
     if all(args.swap_grid):
         swap_check(args.swap_grid, dev, max(1, args.repeats // 2), args.compile)
+    if all(args.gguf_grid):
+        gguf_check(args.gguf_grid, args.tokens, dev, max(1, args.repeats // 2), args.compile)
+
+
+def gguf_check(grid, tokens: int, dev: torch.device, repeats: int, compile_too: bool) -> None:
+    """6. GGUF weights: bench/gguf_weights.py's reports at GPU sizes, bf16 compute."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_gguf", Path(__file__).with_name("gguf_weights.py"))
+    bench_gguf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_gguf)
+    bench_gguf.run(dev, torch.bfloat16, 2, grid, tokens, repeats, compile_too)
 
 
 def swap_check(grid, dev: torch.device, repeats: int, compile_too: bool) -> None:

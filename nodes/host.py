@@ -27,6 +27,9 @@ except Exception:  # noqa: BLE001 - any import failure means "not inside ComfyUI
     IN_COMFYUI = False
 
 MODEL_EXTENSIONS = (".safetensors", ".sft", ".pth", ".pt", ".ckpt", ".bin")
+# ComfyUI's lists leave .gguf out; GGUF DiTs (docs/gguf.md) are listed from the same folders' directories
+# (diffusion_models covers models/diffusion_models and models/unet, where ComfyUI-GGUF users keep them)
+GGUF_FOLDERS = ("diffusion_models",)
 # ComfyUI folder name -> sub-folders searched in the fallback models dir (ComfyUI's defaults)
 _FALLBACK_FOLDERS = {
     "diffusion_models": ("diffusion_models", "unet"),
@@ -85,7 +88,7 @@ def list_models(folder: str) -> list[str]:
     built-in entries; model folders (a ``config.json`` inside, e.g. diffusers layouts) are listed too."""
     if IN_COMFYUI:
         found = list(_folder_paths.get_filename_list(folder)) + list_model_folders(folder, builtins=False)
-        return _first_builtins(_builtin_names(folder), found)
+        return _first_builtins(_builtin_names(folder), found + _gguf_files(folder))
     names: list[str] = []
     for sub in _FALLBACK_FOLDERS.get(folder, (folder,)):
         root = models_dir() / sub
@@ -95,7 +98,15 @@ def list_models(folder: str) -> list[str]:
                     names.append(p.relative_to(root).as_posix())
                 elif p.is_dir() and (p / "config.json").exists():
                     names.append(p.relative_to(root).as_posix())
-    return _first_builtins(_builtin_names(folder), names)
+    return _first_builtins(_builtin_names(folder), names + _gguf_files(folder))
+
+
+def _gguf_files(folder: str) -> list[str]:
+    """The ``.gguf`` files under the directories of ``folder`` (only for ``GGUF_FOLDERS``), root-relative."""
+    if folder not in GGUF_FOLDERS:
+        return []
+    return [p.relative_to(root).as_posix() for root in model_folder_roots(folder) if root.is_dir()
+            for p in sorted(root.rglob("*")) if p.is_file() and p.suffix.lower() == ".gguf"]
 
 
 def _show(name: object) -> str:

@@ -52,10 +52,12 @@ def test_parser_choices_equal_the_library_tuples():
     from wan_core.dit.options import WEIGHT_FORMATS
     from wan_core.memory.offload import DIT_OFFLOAD, TEXT_ENCODER_OFFLOAD, VAE_OFFLOAD
     from wan_core.quant.fp8 import GEMM_MODES
+    from wan_core.quant.gguf_writer import WRITABLE_TYPES
     from wan_core.sampling import SOLVER_NAMES
 
     assert parser.SOLVERS == tuple(SOLVER_NAMES) and parser.CACHES == tuple(PRESETS)
     assert parser.ATTENTIONS == get_args(Attention) and parser.GEMMS == tuple(GEMM_MODES)
+    assert parser.GGUF_WRITABLE_TYPES == WRITABLE_TYPES
     assert parser.SKIPARSE == tuple(s for s in SCHEDULES if s != "custom")
     assert parser.WEIGHTS == tuple(w for w in WEIGHT_FORMATS if w.startswith("fp8"))
     assert (parser.TEXT_ENCODER_OFFLOAD, parser.VAE_OFFLOAD, parser.DIT_OFFLOAD) == (

@@ -19,6 +19,7 @@ from typing import Any, Union
 import torch
 
 from ..numerics import nonfinite_count
+from .gguf_file import GGUFFile, GGUFFormatError
 from .safetensors_file import TORCH_DTYPES, SafetensorsFormatError, read_header, read_tensor
 
 FP8_DTYPES = tuple(
@@ -32,6 +33,7 @@ _SCALE_SUFFIXES = (".scale_weight", ".weight_scale")
 
 SAFETENSORS_EXTS = (".safetensors", ".sft")
 PICKLE_EXTS = (".pth", ".pt", ".ckpt", ".bin")
+GGUF_EXT = ".gguf"
 
 Source = Union[str, os.PathLike, Mapping[str, torch.Tensor]]
 
@@ -147,6 +149,10 @@ class LazyStateDict(Mapping):
     def dtype(self, key: str) -> torch.dtype:
         reader, inner = self._names[key]
         return reader.dtype(inner)
+
+    def entry(self, key: str) -> tuple[Any, str]:
+        """The reader holding ``key`` and its name there (format-specific access, e.g. GGUF blocks)."""
+        return self._names[key]
 
     def rename(self, fn: Callable[[str], str | None]) -> "LazyStateDict":
         """A view with every key passed through ``fn``; keys mapped to None are dropped."""
@@ -355,13 +361,13 @@ def _folder_weight_files(folder: Path) -> list[Path]:
     return files
 
 
-def open_checkpoint(src: Source, subfolder: str | None = None) -> LazyStateDict:
+def open_checkpoint(src: Source, subfolder: str | None = None, gguf: bool = False) -> LazyStateDict:
     """Open a checkpoint lazily.
 
     ``src``: a ``.safetensors``/``.sft`` file, a ``.pth/.pt/.ckpt/.bin`` file (loaded with
     ``weights_only=True``), a diffusers/transformers model folder (``config.json`` + safetensors, sharded
     with an index or single), a pipeline folder (``subfolder`` picks e.g. ``"transformer"``), or an
-    in-memory ``{name: tensor}`` dict.
+    in-memory ``{name: tensor}`` dict. ``gguf``: accept a ``.gguf`` file (DiT loading only; ``gguf_file``).
     """
     if isinstance(src, LazyStateDict):
         return src
@@ -397,8 +403,17 @@ def open_checkpoint(src: Source, subfolder: str | None = None) -> LazyStateDict:
         tensors = _load_pickle_checkpoint(str(path))
         dict_reader = _DictReader(tensors)
         return LazyStateDict(str(path), {k: (dict_reader, k) for k in tensors})
-    if suffix in (".gguf",):
-        raise CheckpointError(f"{path}: GGUF files are not supported; use a .safetensors or .pth checkpoint")
+    if suffix == GGUF_EXT:
+        if not gguf:
+            raise CheckpointError(
+                f"{path}: a GGUF file; GGUF is read only for Wan diffusion models (the DiT loader): VAEs, text "
+                f"encoders (the community umT5-XXL GGUF included), CLIP vision models and LoRAs load from "
+                f".safetensors or .pth files")
+        try:
+            gguf_file = GGUFFile(str(path))
+        except GGUFFormatError as e:
+            raise CheckpointError(str(e)) from e
+        return LazyStateDict(str(path), {k: (gguf_file, k) for k in gguf_file.keys()}, gguf_file.metadata)
     raise CheckpointError(
         f"{path}: unknown checkpoint extension {suffix!r}; expected one of "
         f"{', '.join(SAFETENSORS_EXTS + PICKLE_EXTS)} or a model folder"

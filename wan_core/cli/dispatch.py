@@ -28,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args) -> int:
-    """The parsed command: ``generate`` (the request built, then run) or ``train-demo``."""
+    """The parsed command: ``generate`` (the request built, then run), ``train-demo`` or ``quantize``."""
+    if args.command == "quantize":
+        from .quantize import quantize
+
+        return quantize(args)
     if args.command == "train-demo":
         from ..demo.train import main as train_demo
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..checkpoint import (
+    GGUF_EXT,
     PICKLE_EXTS,
     SAFETENSORS_EXTS,
     CheckpointError,
@@ -160,9 +161,10 @@ def candidates(models_dir: str | Path, part: str) -> list[Path]:
     """Weight files under ``models_dir``'s folders for ``part`` (``FOLDERS``), sorted, any depth."""
     root = Path(models_dir).expanduser()
     found: list[Path] = []
+    exts = WEIGHT_EXTS + ((GGUF_EXT,) if part.startswith("dit") else ())  # GGUF: DiTs only (docs/gguf.md)
     for folder in FOLDERS[part]:
         if (root / folder).is_dir():
-            found += sorted(p for p in (root / folder).rglob("*") if p.suffix.lower() in WEIGHT_EXTS and p.is_file())
+            found += sorted(p for p in (root / folder).rglob("*") if p.suffix.lower() in exts and p.is_file())
     return found
 
 

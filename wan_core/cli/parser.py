@@ -19,6 +19,7 @@ ATTENTIONS = ("sdpa", "sage", "int8", "int8_fp8")  # wan_core.attention.dispatch
 SKIPARSE = ("none", "osp13", "suv")  # wan_core.attention.skiparse.SCHEDULES without "custom"
 WEIGHTS = ("fp8_e4m3fn", "fp8_scaled")  # the fp8 members of wan_core.dit.options.WEIGHT_FORMATS
 GEMMS = ("upcast", "scaled_mm")  # wan_core.quant.fp8.GEMM_MODES
+GGUF_WRITABLE_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "BF16", "F16")  # quant.gguf_writer.WRITABLE_TYPES
 TEXT_ENCODER_OFFLOAD = ("release", "keep", "cpu")  # wan_core.memory.offload.TEXT_ENCODER_OFFLOAD
 VAE_OFFLOAD = ("decode", "keep")  # wan_core.memory.offload.VAE_OFFLOAD
 DIT_OFFLOAD = ("release", "keep")  # wan_core.memory.offload.DIT_OFFLOAD
@@ -54,7 +55,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser: ``generate`` and ``train-demo`` (no torch import: ``--help`` must answer at once)."""
+    """The argument parser: ``generate``, ``train-demo`` and ``quantize`` (no torch import: ``--help`` must answer
+    at once)."""
     p = _Parser(prog="python -m wan_core", description="WanCore: Wan 2.1 text-to-video.",
                 formatter_class=_HelpFormatter)
     p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
@@ -83,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace an existing --out file that WanCore did not write (refused otherwise)")
     t = sub.add_parser("train-demo", help="train the built-in demo model (resumable; see docs/demo_model.md)")
     train_demo.add_arguments(t)
+    q = sub.add_parser("quantize", help="write a Wan DiT as a GGUF file (see docs/gguf.md)")
+    q.add_argument("input", help="the Wan DiT to quantise (.safetensors, .pth or a diffusers folder)")
+    q.add_argument("output", help="the new .gguf file (an existing file is never overwritten)")
+    q.add_argument("--type", required=True, choices=GGUF_WRITABLE_TYPES,
+                   help="GGUF type of the block weights (the types the gguf package can quantise)")
     return p
 
 

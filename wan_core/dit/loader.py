@@ -28,6 +28,7 @@ from ..config import DiTConfig, detect_dit_config
 from ..memory.streaming import releasing_progress
 from ..numerics import nonfinite_count
 from ..quant.fp8 import FP8Linear, Gemm, Granularity, is_block_linear, quantize_weight
+from .gguf_weights import is_gguf, load_gguf_weights
 from .keys import DIT_PREFIXES, detect_naming, diffusers_to_official
 from .model import WanDiT
 from .options import FLOAT_WEIGHTS, ModelOptions, Weights
@@ -36,7 +37,7 @@ from .options import FLOAT_WEIGHTS, ModelOptions, Weights
 
 def official_state_dict(src: Source) -> LazyStateDict:
     """Open ``src`` and present it under official DiT names (prefix stripped, diffusers names mapped)."""
-    sd = open_checkpoint(src, subfolder="transformer")
+    sd = open_checkpoint(src, subfolder="transformer", gguf=True)
     for prefixes in ((), DIT_PREFIXES):
         view = strip_prefix(sd, prefixes) if prefixes else sd
         naming = detect_naming(view.keys())
@@ -161,6 +162,21 @@ def _read_for_fp8(sd: LazyStateDict, linears: set[str], dtype: torch.dtype, devi
     return tensors, layers
 
 
+def _assign(model: WanDiT, sd: LazyStateDict, dtype: torch.dtype, device, opts: ModelOptions, progress,
+            gguf: bool) -> None:
+    """Read ``sd`` into the meta ``model``: GGUF blocks kept (docs/gguf.md), fp8 kept or quantised, or plain."""
+    if gguf:
+        if opts.fp8:
+            raise ValueError(f"{sd.source}: a GGUF file is already quantised; weights={opts.weights!r} does not "
+                             f"apply (give the compute dtype as dtype)")
+        load_gguf_weights(model, sd, dtype, device, progress)
+    elif opts.fp8:
+        _load_fp8(model, sd, dtype, device, opts, progress)
+    else:
+        tensors = materialize(sd, dtype, device=device, progress=progress)
+        model.load_state_dict(tensors, assign=True, strict=True)
+
+
 def _detect_config(sd: LazyStateDict, shapes: dict[str, tuple[int, ...]]) -> DiTConfig:
     """The DiT config of a file from its tensor shapes and header (``CheckpointError`` when incomplete)."""
     heads = sd.metadata.get("config", {}).get("num_attention_heads")
@@ -239,13 +255,10 @@ def load_dit(
         config = _detect_config(sd, shapes)
     dispatch = opts.attention_dispatch(config.num_layers)
     model = _meta_model(config, shapes, sd.source)
-    target = _weight_dtype(opts, dtype, sd)
+    gguf = is_gguf(sd)  # GGUF: compute in bf16 unless told otherwise (as for fp8 files)
+    target = torch.bfloat16 if gguf and dtype is None and opts.weights is None else _weight_dtype(opts, dtype, sd)
     with explaining_out_of_memory(sd.source, _loaded_bytes(shapes, target, opts.fp8)):  # sizes and what to do
-        if opts.fp8:
-            _load_fp8(model, sd, target, device, opts, progress)
-        else:
-            tensors = materialize(sd, target, device=device, progress=progress)
-            model.load_state_dict(tensors, assign=True, strict=True)
+        _assign(model, sd, target, device, opts, progress, gguf)
     model.attention = dispatch
     model.load_options = opts
     model.source = sd.source  # named in errors that compare it with other files (latent channels)

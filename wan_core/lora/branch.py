@@ -2,8 +2,8 @@
 ``y = layer(x) + strength * scale * (x @ down^T) @ up^T`` (docs/lora.md section 2).
 
 The weights are not touched, so the strength can change without any merge, and fp8 or otherwise quantised
-weights keep their exact bits. Implemented as a forward hook on the ``nn.Linear`` / ``FP8Linear`` module
-(the DiT stays plain); the LoRA tensors are moved to the input's device and dtype on first use.
+weights keep their exact bits. Implemented as a forward hook on the ``nn.Linear`` / ``FP8Linear`` / ``GGUFLinear``
+module (the DiT stays plain); the LoRA tensors are moved to the input's device and dtype on first use.
 """
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..quant.fp8 import FP8Linear
+from ..quant.gguf_linear import GGUFLinear
 from .match import Patch
 
 
 def can_branch(module: nn.Module, leaf: str) -> bool:
     """True for the weight or bias of a linear layer (the parameters a run-time branch can stand in for)."""
-    return isinstance(module, (nn.Linear, FP8Linear)) and leaf in ("weight", "bias")
+    return isinstance(module, (nn.Linear, FP8Linear, GGUFLinear)) and leaf in ("weight", "bias")
 
 
 class LoraBranch:

@@ -15,6 +15,7 @@ import torch.nn as nn
 
 from ..checkpoint import CheckpointError, describe_keys
 from ..numerics import nonfinite_count
+from ..quant.gguf_linear import quantized_shapes
 from .formats import LoraFile
 from .names import OTHER_ADAPTERS, i2v_names, is_i2v_layer, kohya_table, official_layer
 
@@ -119,6 +120,7 @@ def _scale(lora: LoraFile, layer: str, roles: dict[str, torch.Tensor], rank: int
 
 def _target_names(model: nn.Module) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
     params = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    params.update(quantized_shapes(model))  # GGUF weights: buffers of bytes, patched by their logical shape
     modules = [n for n, _ in model.named_modules() if n]
     layers = getattr(getattr(model, "config", None), "num_layers", 0)
     return params, kohya_table(modules + list(params) + i2v_names(layers))
