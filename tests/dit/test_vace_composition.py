@@ -160,3 +160,40 @@ def test_moe_accepts_a_vace_expert_pair_and_refuses_a_mixed_one(model):
     plain = WanDiT(CFG.replace(vace_layers=(), vace_in_dim=0))
     with pytest.raises(ValueError, match="VACE-hinted blocks"):
         WanMoE(model, plain)
+
+
+class _RecordingSession:
+    """The DiT side of a cache session whose attention cache computes everything and records the layer keys."""
+
+    def __init__(self):
+        self.keys: list[int] = []
+
+    def reuse_output(self, dit, x, t):
+        return None
+
+    def record_output(self, dit, x, out):
+        pass
+
+    def run_blocks(self, dit, h, e, e0, context, freqs, clip_tokens=None, vace=None):
+        def attention_cache(layer, rows, compute):
+            self.keys.append(layer)
+            return compute(rows)
+
+        return dit.run_blocks(h, e0, dit.embed_text(context, h.shape[0]), freqs, attention_cache, vace=vace)
+
+
+def test_attention_cache_keys_keep_vace_blocks_and_inputs_apart(model):
+    """The attention cache stores per layer key: VACE block j of input k must not share a key with a main block or
+    another input's VACE block (else one would be served the other's self-attention)."""
+    x, t, ctx, vc = inputs()
+    with torch.no_grad():
+        want = model(x, t, ctx, vace_context=[(vc, 1.0), (vc.flip(0), 0.5)])
+        session = _RecordingSession()
+        model.cache = session
+        try:
+            got = model(x, t, ctx, vace_context=[(vc, 1.0), (vc.flip(0), 0.5)])
+        finally:
+            model.cache = None
+    assert torch.equal(got, want)
+    n, v = CFG.num_layers, len(CFG.vace_layers)
+    assert session.keys == list(range(n, n + 2 * v)) + list(range(n))  # hints first, each input its own keys
