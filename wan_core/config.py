@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -34,15 +34,31 @@ class DiTConfig:
     # and the FLF2V position embedding's token count (``img_emb.emb_pos``: 514; 0 = none)
     image_dim: int = 0
     image_pos_len: int = 0
+    # Wan VACE (docs/vace.md section 1): the main blocks that receive a VACE hint, in order, one VACE block each
+    # (() = no VACE branch; not stored in the weights: inferred as range(0, num_layers, num_layers // n_vace)),
+    # and the VACE context's channel count (``vace_patch_embedding`` input: 96 = 16 + 16 latents + 64 mask)
+    vace_layers: tuple[int, ...] = ()
+    vace_in_dim: int = 0
     name: str = "custom"
 
     def __post_init__(self):
+        object.__setattr__(self, "vace_layers", tuple(int(i) for i in self.vace_layers))
+        self._check_vace()
         if self.dim % self.num_heads:
             raise ValueError(f"DiTConfig: dim {self.dim} is not divisible by num_heads {self.num_heads}")
         if self.head_dim % 2:
             raise ValueError(f"DiTConfig: head_dim {self.head_dim} must be even for RoPE")
         if self.freq_dim % 2:
             raise ValueError(f"DiTConfig: freq_dim {self.freq_dim} must be even")
+
+    def _check_vace(self) -> None:
+        v = self.vace_layers
+        if v and (v[0] != 0 or list(v) != sorted(set(v)) or v[-1] >= self.num_layers):
+            raise ValueError(f"DiTConfig: vace_layers {list(v)} must start at block 0 and increase within the "
+                             f"{self.num_layers} blocks")
+        if bool(v) != (self.vace_in_dim > 0):
+            raise ValueError(f"DiTConfig: vace_layers {list(v)} and vace_in_dim {self.vace_in_dim} must be given "
+                             f"together (both empty / 0 for a model without VACE blocks)")
 
     @property
     def head_dim(self) -> int:
@@ -100,6 +116,13 @@ DIT_PRESETS: dict[str, DiTConfig] = {
     # (Wan2.2 wan/configs/wan_i2v_A14B.py; no img_emb in the released files)
     "wan2.2-i2v-a14b": DiTConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40, in_dim=36,
                                  name="wan2.2-i2v-a14b"),
+    # Wan 2.1 VACE: the T2V DiTs plus VACE blocks (Wan2.1 wan/configs/__init__.py lines 26-27: vace-1.3B / 14B use
+    # the t2v configs); the hinted blocks and the 96 context channels come from the released checkpoints'
+    # config.json (VaceWanModel.from_pretrained, wan/vace.py line 95): every 2nd of 30 blocks (1.3B), every 5th
+    # of 40 (14B); docs/vace.md section 1
+    "wan2.1-vace-1.3b": DiTConfig(vace_layers=tuple(range(0, 30, 2)), vace_in_dim=96, name="wan2.1-vace-1.3b"),
+    "wan2.1-vace-14b": DiTConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40,
+                                 vace_layers=tuple(range(0, 40, 5)), vace_in_dim=96, name="wan2.1-vace-14b"),
     # Small configs for tests and the random-weights demo; real head_dim 128 is kept in "tiny-wide".
     "tiny": DiTConfig(dim=64, ffn_dim=128, num_heads=2, num_layers=2, text_dim=32, name="tiny"),
     "tiny-4h": DiTConfig(dim=96, ffn_dim=160, num_heads=4, num_layers=3, text_dim=48, name="tiny-4h"),
@@ -121,16 +144,19 @@ def dit_preset(name: str) -> DiTConfig:
 
 
 _BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
+_VACE_RE = re.compile(r"^vace_blocks\.(\d+)\.")
 
 
 def detect_dit_config(
-    shapes: Mapping[str, tuple[int, ...]], text_len: int = 512, num_heads: int | None = None
+    shapes: Mapping[str, tuple[int, ...]], text_len: int = 512, num_heads: int | None = None,
+    vace_layers: Sequence[int] | None = None,
 ) -> DiTConfig:
     """Derive the DiT config from official-named parameter shapes (docs/wan_spec.md section 1.1).
 
     ``shapes``: key -> shape (a LazyStateDict's shapes or ``{k: v.shape}``). head_dim is 128 in every
     released Wan model; smaller widths (tests) fall back to the largest head count whose head_dim is even
-    and matches the ``norm_q`` width, so pass an explicit config for unusual head counts.
+    and matches the ``norm_q`` width, so pass an explicit config for unusual head counts. ``vace_layers``: the
+    hinted blocks of a VACE model when known (a diffusers config.json records them), else inferred.
     """
     if hasattr(shapes, "shape") and not isinstance(shapes, dict):  # a LazyStateDict
         shapes = {k: shapes.shape(k) for k in shapes}
@@ -149,6 +175,7 @@ def detect_dit_config(
         raise KeyError(f"blocks are not numbered 0..{num_layers - 1}: missing {absent[:5]}")
     if num_heads is None:
         num_heads = dim // 128 if dim % 128 == 0 else _guess_heads(dim)
+    hinted = _vace_layers(shapes, num_layers, vace_layers)
     return DiTConfig(
         dim=dim,
         ffn_dim=int(shapes["blocks.0.ffn.0.weight"][0]),
@@ -164,9 +191,36 @@ def detect_dit_config(
         cross_attn_norm="blocks.0.norm3.weight" in shapes,
         image_dim=int(shapes["img_emb.proj.1.weight"][1]) if "img_emb.proj.1.weight" in shapes else 0,
         image_pos_len=int(shapes["img_emb.emb_pos"][1]) if "img_emb.emb_pos" in shapes else 0,
+        vace_layers=hinted,
+        vace_in_dim=int(shapes["vace_patch_embedding.weight"][1]) if hinted else 0,
         name=_preset_name(dim, num_layers, int(shapes["patch_embedding.weight"][1]), "img_emb.proj.1.weight" in shapes,
-                          "img_emb.emb_pos" in shapes),
+                          "img_emb.emb_pos" in shapes, hinted),
     )
+
+
+def _vace_layers(shapes: Mapping[str, tuple[int, ...]], num_layers: int,
+                 given: Sequence[int] | None) -> tuple[int, ...]:
+    """The hinted blocks of a VACE model (``()`` without ``vace_blocks``): ``given``, else
+    ``range(0, num_layers, num_layers // n_vace)`` (released 1.3B: 15 on 30 blocks, 14B: 8 on 40; the weights do
+    not store them, docs/vace.md section 1)."""
+    found = {int(m.group(1)) for k in shapes if (m := _VACE_RE.match(k))}
+    n = max(found) + 1 if found else 0
+    if found != set(range(n)):
+        raise KeyError(f"vace_blocks are not numbered 0..{n - 1}: missing {sorted(set(range(n)) - found)[:5]}")
+    if n and "vace_patch_embedding.weight" not in shapes:
+        raise KeyError("vace_blocks without vace_patch_embedding.weight")
+    if not n:
+        return ()
+    if given is not None:
+        if len(given) != n:
+            raise KeyError(f"the config names {len(given)} VACE layers ({list(given)}) for {n} vace_blocks")
+        return tuple(int(i) for i in given)
+    step = num_layers // n if n <= num_layers else 0
+    layers = tuple(range(0, num_layers, step)) if step else ()
+    if len(layers) != n:
+        raise KeyError(f"cannot infer which of the {num_layers} blocks the {n} vace_blocks feed (not every "
+                       f"{step or '?'}th block); pass a DiTConfig with vace_layers")
+    return layers
 
 
 def _guess_heads(dim: int) -> int:
@@ -177,10 +231,11 @@ def _guess_heads(dim: int) -> int:
     return 1
 
 
-def _preset_name(dim: int, layers: int, in_dim: int = 16, image: bool = False, image_pos: bool = False) -> str:
+def _preset_name(dim: int, layers: int, in_dim: int = 16, image: bool = False, image_pos: bool = False,
+                 vace_layers: tuple[int, ...] = ()) -> str:
     for name, cfg in DIT_PRESETS.items():
-        if (cfg.dim, cfg.num_layers, cfg.in_dim, bool(cfg.image_dim), bool(cfg.image_pos_len)) == (
-                dim, layers, in_dim, image, image_pos):
+        if (cfg.dim, cfg.num_layers, cfg.in_dim, bool(cfg.image_dim), bool(cfg.image_pos_len), cfg.vace_layers) == (
+                dim, layers, in_dim, image, image_pos, vace_layers):
             return name
     return "custom"
 

@@ -26,7 +26,7 @@ from typing import Literal, get_args
 
 from .config import DIT_PRESETS, DiTConfig
 
-Task = Literal["t2v", "i2v", "flf2v", "ti2v"]
+Task = Literal["t2v", "i2v", "flf2v", "ti2v", "vace"]
 TASKS: tuple[str, ...] = get_args(Task)
 VaeKind = Literal["wan2.1", "wan2.2"]
 
@@ -112,6 +112,13 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             riflex=_WAN_RIFLEX),
     Variant("wan2.1-flf2v-14b", "Wan 2.1 FLF2V 14B", "flf2v", "wan2.1-flf2v-14b", "wan2.1", "14B", _WAN21,
             riflex=_WAN_RIFLEX),
+    # Wan 2.1 VACE (docs/vace.md): Wan2.1 generate.py lines 71-81 (50 steps; shift 16 for "vace" tasks), guidance
+    # 5 (its --sample_guide_scale default), 81 frames at 16 fps; 832x480 (wan/configs/__init__.py lines 51-52:
+    # the 1.3B's only sizes are 480p)
+    Variant("wan2.1-vace-1.3b", "Wan 2.1 VACE 1.3B", "vace", "wan2.1-vace-1.3b", "wan2.1", "1.3B",
+            _WAN21.replace(shift=16.0), riflex=_WAN_RIFLEX),
+    Variant("wan2.1-vace-14b", "Wan 2.1 VACE 14B", "vace", "wan2.1-vace-14b", "wan2.1", "14B",
+            _WAN21.replace(shift=16.0), riflex=_WAN_RIFLEX),
     Variant("wan2.2-t2v-a14b", "Wan 2.2 T2V A14B", "t2v", "wan2.2-t2v-a14b", "wan2.1", "14B",
             _WAN21.replace(steps=40, shift=12.0, guidance=4.0, guidance_low=3.0, boundary=0.875), experts=True,
             riflex=_WAN_RIFLEX),

@@ -100,6 +100,21 @@ def dit(rank: int, world: int, names: tuple[str, ...] = tuple(DIT_LAYOUTS)) -> d
     return errors
 
 
+def vace_dit(rank: int, world: int, names: tuple[str, ...] = ("ulysses2", "ring2", "cfg2")) -> dict[str, float]:
+    """A VACE DiT (docs/vace.md section 1.3): the VACE tokens sharded like the hidden states, two VACE inputs."""
+    model = tiny_dit(CFG.replace(num_layers=4, vace_layers=(0, 2), vace_in_dim=96, name="tiny-parallel-vace"))
+    x, t, ctx = dit_inputs(2)
+    g = torch.Generator().manual_seed(3)
+    vace = [(torch.randn(2, 96, *x.shape[2:], generator=g), s) for s in (0.7, -0.5)]
+    errors = {}
+    with torch.no_grad():
+        want = model(x, t, ctx, vace_context=vace)
+        for name in names:
+            par = context_parallel(model, build_groups(DIT_LAYOUTS[name]))
+            errors[f"vace_{name}"] = (par(x, t, ctx, vace_context=vace) - want).abs().max().item()
+    return errors
+
+
 def sampling(rank: int, world: int, names: tuple[str, ...] = ("usp2x2", "cfg2_ulysses2")) -> dict[str, float]:
     from wan_core.pipeline import GenerationConfig, WanPipeline
 

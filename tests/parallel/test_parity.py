@@ -39,11 +39,11 @@ def _assert_parity(worst: dict[str, float]) -> None:
 @pytest.fixture(scope="module")
 def two_ranks():
     return _worst(run_local(f"{CHECKS}:everything", 2, ("ulysses2", "ring2", "cfg2"), ("ring2", "cfg2"),
-                            ("fsdp", "vae_decode")))
+                            ("fsdp", "vae_decode", "vace_dit")))
 
 
 def test_attention_parity_two_ranks(two_ranks):
-    names = {k for k in two_ranks if not k.startswith(("dit", "sampling", "fsdp", "vae", "control"))}
+    names = {k for k in two_ranks if not k.startswith(("dit", "sampling", "fsdp", "vae", "vace", "control"))}
     assert two_ranks["control_ring2_padding_not_masked"] > 1e-3  # the check sees unmasked padding
     for layout in ("ulysses2", "ring2"):
         for dtype in ("float64", "float32"):
@@ -57,6 +57,12 @@ def test_dit_forward_parity_two_ranks(two_ranks):
     dit = {k: v for k, v in two_ranks.items() if k.startswith("dit")}
     assert set(dit) == {"dit_ulysses2", "dit_ring2", "dit_ring2_skiparse", "dit_cfg2"}
     _assert_parity(dit)
+
+
+def test_vace_dit_forward_parity_two_ranks(two_ranks):
+    vace = {k: v for k, v in two_ranks.items() if k.startswith("vace")}
+    assert set(vace) == {"vace_ulysses2", "vace_ring2", "vace_cfg2"}
+    _assert_parity(vace)
 
 
 def test_sampling_parity_two_ranks(two_ranks):

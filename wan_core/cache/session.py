@@ -35,6 +35,12 @@ from .text_kv import TextKVCache
 __all__ = ["CacheSession", "branches_for", "start_session"]
 
 
+def _vace_kw(vace, rows: slice) -> dict:
+    """``run_blocks``' VACE keyword for batch rows ``rows`` (none for a model without VACE: other models keep
+    their ``run_blocks`` signature)."""
+    return {} if vace is None else {"vace": [(tokens[rows], scale) for tokens, scale in vace]}
+
+
 def branches_for(guidance: float) -> tuple[str, ...]:
     """The passes a step needs: cond only at guidance 1, uncond only at 0, else both."""
     if guidance == 1:
@@ -188,9 +194,11 @@ class CacheSession:
         return torch.cat([pol.reuse(s.branch, x[s.rows]) for s in segs])
 
     def run_blocks(self, dit, h: torch.Tensor, e: torch.Tensor, e0: torch.Tensor, context, freqs,
-                   clip_tokens=None) -> torch.Tensor:
+                   clip_tokens=None, vace=None) -> torch.Tensor:
         """The block stack with the caches: ``h [B, L, D]``, ``e [B, D]``, ``e0 [B, 6, D]`` -> ``[B, L, D]``.
-        ``clip_tokens``: the image tokens of a Wan 2.1 I2V model (part of its cross-attention context)."""
+        ``clip_tokens``: the image tokens of a Wan 2.1 I2V model (part of its cross-attention context); ``vace``:
+        a VACE model's embedded VACE inputs (``wan_core.dit.vace``). The VACE hints are part of the block stack: a
+        reused residual includes them (the VACE context is the same at every step, docs/vace.md section 1)."""
         b = h.shape[0]
         segs = self._segments or self._split(b)
         self.report.tokens = h.shape[1]
@@ -204,7 +212,7 @@ class CacheSession:
         decide = [True if pol is None else pol.should_compute(s.branch, self.step, e[s.rows], e0[s.rows])
                   for s in segs]
         if all(decide):
-            out = dit.run_blocks(h, e0, text, freqs, self._attention_scope(segs))
+            out = dit.run_blocks(h, e0, text, freqs, self._attention_scope(segs), **_vace_kw(vace, slice(None)))
             if pol is not None:
                 for s in segs:
                     pol.computed(s.branch, self.step, out[s.rows] - h[s.rows])
@@ -216,7 +224,8 @@ class CacheSession:
                 if compute:
                     sub = [tuple(t[s.rows] for t in kv) for kv in text] if isinstance(text, list) else text[s.rows]
                     local = [Segment(s.branch, 0, s.stop - s.start)]
-                    o = dit.run_blocks(hs, e0[s.rows], sub, freqs, self._attention_scope(local))
+                    o = dit.run_blocks(hs, e0[s.rows], sub, freqs, self._attention_scope(local),
+                                       **_vace_kw(vace, s.rows))
                     pol.computed(s.branch, self.step, o - hs)
                 else:
                     o = hs + pol.residual(s.branch)

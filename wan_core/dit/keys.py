@@ -16,6 +16,8 @@ _TOP = [
     ("time_projection.1.", "condition_embedder.time_proj."),
     ("head.head.", "proj_out."),
     ("patch_embedding.", "patch_embedding."),
+    # Wan VACE (diffusers WanVACETransformer3DModel keeps the official name)
+    ("vace_patch_embedding.", "vace_patch_embedding."),
     # Wan 2.1 I2V / FLF2V image MLP: diffusers loaders/single_file_utils.py TRANSFORMER_KEYS_RENAME_DICT
     ("img_emb.proj.0.", "condition_embedder.image_embedder.norm1."),
     ("img_emb.proj.1.", "condition_embedder.image_embedder.ff.net.0.proj."),
@@ -36,9 +38,11 @@ _BLOCK = [
     ("cross_attn.norm_k_img.", "attn2.norm_added_k."),
     ("norm3.", "norm2."),
     ("ffn.0.", "ffn.net.0.proj."), ("ffn.2.", "ffn.net.2."),
+    # VACE blocks (vace_blocks.N.): diffusers WanVACETransformerBlock proj_in / proj_out
+    ("before_proj.", "proj_in."), ("after_proj.", "proj_out."),
 ]
 _BLOCK_EXACT = [("modulation", "scale_shift_table")]
-_BLOCK_RE = re.compile(r"^(blocks\.\d+\.)(.*)$")
+_BLOCK_RE = re.compile(r"^((?:vace_)?blocks\.\d+\.)(.*)$")  # main blocks and a VACE model's VACE blocks
 
 
 def _convert(key: str, pairs, exact, top_pairs, top_exact) -> str | None:

@@ -180,10 +180,12 @@ def _assign(model: WanDiT, sd: LazyStateDict, dtype: torch.dtype, device, opts: 
 def _detect_config(sd: LazyStateDict, shapes: dict[str, tuple[int, ...]]) -> DiTConfig:
     """The DiT config of a file from its tensor shapes and header (``CheckpointError`` when incomplete)."""
     heads = sd.metadata.get("config", {}).get("num_attention_heads")
+    # a VACE model's hinted blocks, where a config.json records them (diffusers and official folders)
+    vace_layers = sd.metadata.get("config", {}).get("vace_layers")
     # a safetensors header may record a text length other than Wan's 512 (the built-in demo DiT: 32)
     text_len = int(sd.metadata.get("wan_text_len", 512))
     try:
-        return detect_dit_config(shapes, text_len=text_len, num_heads=heads)
+        return detect_dit_config(shapes, text_len=text_len, num_heads=heads, vace_layers=vace_layers)
     except (KeyError, ValueError) as e:
         raise CheckpointError(f"{sd.source}: incomplete Wan DiT: {e}") from e
 

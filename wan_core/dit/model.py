@@ -26,6 +26,7 @@ from .embeddings import pad_context, patchify, time_embed, unpatchify
 from .image import ImageEmbedding, check_image_inputs
 from .rope import rope_frequencies
 from .runtime import runtime_of
+from .vace import VaceTokens, check_vace_inputs, embed_vace, vace_hints, vace_modules
 
 if TYPE_CHECKING:
     from .options import ModelOptions
@@ -52,6 +53,8 @@ class WanDiT(nn.Module):
         )
         # Wan 2.1 I2V / FLF2V: CLIP tokens -> image context (docs/i2v.md section 2)
         self.img_emb = ImageEmbedding(c.image_dim, c.dim, c.image_pos_len) if c.image_dim else None
+        # Wan VACE: VACE blocks + their patch embedding (docs/vace.md section 1); None without a VACE branch
+        self.vace_blocks, self.vace_patch_embedding = vace_modules(c)
         pt, ph, pw = c.patch_size
         self.head = Head(c.dim, pt * ph * pw * c.out_dim, c.eps)
         self.cache = None  # a wan_core.cache.CacheSession while a cached sampling run is attached
@@ -111,26 +114,51 @@ class WanDiT(nn.Module):
                                  f"(pixel width/height must be multiples of 16)")
         return tuple(s // p for s, p in zip(x.shape[2:], c.patch_size))  # type: ignore[return-value]
 
+    def all_blocks(self) -> list[nn.Module]:
+        """The main blocks, then the VACE blocks (if any): the order of ``text_kv``'s entries."""
+        return list(self.blocks) + (list(self.vace_blocks) if self.vace_blocks is not None else [])
+
     def text_kv(self, ctx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Embedded text ``[B, text_len, D]`` -> every block's cross-attention ``(k, v)`` (``[B, N, text_len, d]``)."""
-        return [cast(WanBlock, block).cross_attn.text_kv(ctx) for block in self.blocks]
+        """Embedded text ``[B, text_len, D]`` -> every block's cross-attention ``(k, v)`` (``[B, N, text_len, d]``):
+        the main blocks', then the VACE blocks'."""
+        return [cast(WanBlock, block).cross_attn.text_kv(ctx) for block in self.all_blocks()]
 
     def run_blocks(self, h: torch.Tensor, e0: torch.Tensor, text, freqs: torch.Tensor,
-                   attention_cache=None) -> torch.Tensor:
-        """The block stack: ``h [B, L, D]`` float32, ``e0 [B, 6, D]``, ``text`` = embedded context
-        ``[B, text_len, D]`` or one precomputed ``(k, v)`` per block (``text_kv``), ``freqs`` RoPE -> ``[B, L, D]``."""
+                   attention_cache=None, vace: list[VaceTokens] | None = None) -> torch.Tensor:
+        """The block stack: ``h [B, L, D]`` float32 (the tokens after patch embedding), ``e0 [B, 6, D]``, ``text`` =
+        embedded context ``[B, text_len, D]`` or one precomputed ``(k, v)`` per block (``text_kv``), ``freqs``
+        RoPE, ``vace`` the embedded VACE inputs of a VACE model (``embed_vace``) -> ``[B, L, D]``.
+
+        VACE: every hint is computed first, from ``h`` as it enters; main block ``vace_layers[j]`` then adds hint j
+        after its whole block (official ``VaceWanModel.forward``)."""
         per_block = isinstance(text, list)
+        n = len(self.blocks)
+        hints: dict[int, torch.Tensor] = {}
+        if vace:
+            assert self.vace_blocks is not None  # check_vace_inputs ran in forward
+            layers = self.config.vace_layers
+            vace_text = text[n:] if per_block else [text] * len(layers)
+            hints = dict(zip(layers, vace_hints(self.vace_blocks, h, e0, vace_text, freqs, self.attention, vace,
+                                                layers, n, attention_cache)))
         for i, block in enumerate(self.blocks):
             h = block(h, e0, text[i] if per_block else text, freqs, self.attention, i, attention_cache)
+            hint = hints.pop(i, None)
+            if hint is not None:
+                h = h + hint  # the hint is freed once added
         return h
 
     def forward(self, x: torch.Tensor, t, context, image_latent: torch.Tensor | None = None,
-                clip_tokens: torch.Tensor | None = None) -> torch.Tensor:
+                clip_tokens: torch.Tensor | None = None, vace_context=None, vace_scale: float = 1.0) -> torch.Tensor:
         """x ``[B, C, F, H, W]``, t scalar, ``[B]`` or per token ``[B, L]``, context ``[B, L, text_dim]`` or list
-        -> v float32."""
+        -> v float32.
+
+        VACE model (docs/vace.md section 1): ``vace_context`` ``[B, 96, F, H, W]`` (same F, H, W as x; batch 1 or
+        a divisor of B is repeated) with strength ``vace_scale``, or a list of ``(context, scale)`` pairs whose
+        hints add (each scale times ``vace_scale``); scale 0 gives the plain T2V model."""
         c = self.config
         b = x.shape[0]
         check_image_inputs(self, x, image_latent, clip_tokens)  # image-to-video inputs: docs/i2v.md section 2
+        vace_pairs = check_vace_inputs(self, x, vace_context, vace_scale)
         x_in = x if image_latent is None else torch.cat([x, image_latent.to(x).expand(b, -1, -1, -1, -1)], dim=1)
         grid = self.grid(x_in)
         cache = self.cache
@@ -143,10 +171,14 @@ class WanDiT(nn.Module):
         h = tokens.float()  # residual stream [B, L, D], float32
         e, e0 = self.embed_time(t, b, tokens.shape[1])
         freqs = rope_frequencies(grid, c.rope_dims, c.rope_theta, device=x.device, riflex=runtime_of(self).riflex)
+        vace = None
+        if vace_pairs:
+            assert self.vace_patch_embedding is not None  # check_vace_inputs: a VACE model
+            vace = embed_vace(self.vace_patch_embedding, vace_pairs, b, c.patch_size)
         if cache is None:
-            h = self.run_blocks(h, e0, self.embed_context(context, b, clip_tokens), freqs)
+            h = self.run_blocks(h, e0, self.embed_context(context, b, clip_tokens), freqs, vace=vace)
         else:
-            h = cache.run_blocks(self, h, e, e0, context, freqs, clip_tokens=clip_tokens)
+            h = cache.run_blocks(self, h, e, e0, context, freqs, clip_tokens=clip_tokens, vace=vace)
         out = unpatchify(self.head(h, e), grid, c.patch_size, c.out_dim)
         if cache is not None:
             cache.record_output(self, x, out)

@@ -99,7 +99,9 @@ class WanMoE(nn.Module):
 # what the two experts of one A14B model share: the latents and text they take and their architecture
 _SHARED = (("in_dim", "latent channels in"), ("out_dim", "latent channels out"), ("text_dim", "text width"),
            ("patch_size", "patch size"), ("dim", "width"), ("ffn_dim", "feed-forward width"),
-           ("num_heads", "attention heads"), ("num_layers", "blocks"))
+           ("num_heads", "attention heads"), ("num_layers", "blocks"),
+           # Wan 2.2 VACE-Fun A14B: both experts carry the same VACE blocks (docs/vace.md section 1)
+           ("vace_layers", "VACE-hinted blocks"), ("vace_in_dim", "VACE context channels"))
 
 
 def experts_problem(a, b, high: str, low: str) -> str | None:

@@ -86,8 +86,8 @@ def lora_family(keys) -> str | None:
 
 _WAN_KEY = re.compile(  # a Wan DiT layer right after a known prefix (so SD's "transformer_blocks_0_attn1" is not)
     r"^(?:model\.diffusion_model\.|diffusion_model\.|transformer\.|base_model\.model\.|lora_unet_|lycoris_)?"
-    r"(?:blocks[._]\d+[._](?:self_attn|cross_attn|ffn|attn1|attn2|norm3|norm2|modulation|scale_shift)"
-    r"|head[._]head|patch_embedding|text_embedding|time_embedding|time_projection|img_emb|condition_embedder"
+    r"(?:(?:vace_)?blocks[._]\d+[._](?:self_attn|cross_attn|ffn|attn1|attn2|norm3|norm2|modulation|scale_shift)"
+    r"|head[._]head|(?:vace_)?patch_embedding|text_embedding|time_embedding|time_projection|img_emb|condition_embedder"
     r"|proj_out)")
 
 

@@ -158,21 +158,28 @@ class BlockSwap:
         check_swap_options(blocks_to_swap, prefetch, None, len(blocks))
         self.model = model
         self._blocks: nn.ModuleList = blocks
+        vace = getattr(model, "vace_blocks", None)
+        self._vace: nn.ModuleList | None = vace if isinstance(vace, nn.ModuleList) else None
         self.device = torch.device(device)
         self.offload_device = torch.device(offload_device)
         self.prefetch = prefetch
         self.pin = (self.device.type == "cuda" and self.offload_device.type == "cpu") if pin is None else pin
         n = len(blocks)
         self.swapped = list(range(n - blocks_to_swap, n))
+        # a VACE model's VACE blocks run first (docs/vace.md section 1); VACE block j travels with the main block
+        # it feeds (vace_layers[j]), so the same share of both stays offloaded
+        layers = tuple(getattr(getattr(model, "config", None), "vace_layers", ())) if self._vace is not None else ()
+        self.vace_swapped = [j for j, layer in enumerate(layers) if layer in self.swapped]
+        self._seq: list[nn.Module] = list(self._vace or []) + list(blocks)  # execution order
+        nv = len(layers)
+        self._positions = [j for j in self.vace_swapped] + [nv + i for i in self.swapped]
+        self._text_order = list(range(nv, nv + n)) + list(range(nv))  # text_kv: main blocks, then VACE blocks
         self.stats = SwapStats()
         self._copier = _Copier(self.device)
         self._slots: dict[int, _Slot] = {}
         self._hooks: list[Any] = []
-        self._place(model, blocks, place_resident)
-        for i, block in enumerate(blocks):
-            self._hooks.append(block.register_forward_pre_hook(self._make_pre(i)))
-            if i in self._slots:
-                self._hooks.append(block.register_forward_hook(self._make_post(i)))
+        self._place(model, place_resident)
+        self._hook()
         # WanDiT.text_kv reads every block's cross-attention outside the blocks' forward (text-KV cache)
         if hasattr(model, "text_kv") and "text_kv" not in vars(model):
             vars(model)["text_kv"] = self._text_kv  # an instance attribute shadows the method
@@ -182,14 +189,20 @@ class BlockSwap:
         update_runtime(model, block_swap=self)
 
     # --- placement -------------------------------------------------------------------------------------
-    def _place(self, model: nn.Module, blocks: nn.ModuleList, place_resident: bool) -> None:
+    def _hook(self) -> None:
+        for i, block in enumerate(self._seq):
+            self._hooks.append(block.register_forward_pre_hook(self._make_pre(i)))
+            if i in self._slots:
+                self._hooks.append(block.register_forward_hook(self._make_post(i)))
+
+    def _place(self, model: nn.Module, place_resident: bool) -> None:
         """Everything but the swapped blocks to ``device`` (``place_resident``); the swapped blocks to (pinned)
         offload memory, one tensor at a time so RAM never holds two copies of the model."""
         if place_resident:
             for module in self.resident_modules():
                 module.to(self.device)
-        for i, block in enumerate(blocks):
-            if i not in self.swapped:
+        for i, block in enumerate(self._seq):
+            if i not in self._positions:
                 continue
             slot = self._slots[i] = _Slot(i, block)
             size = 0
@@ -208,16 +221,16 @@ class BlockSwap:
                     _set(table, key, value, value.detach().to(self.device))
 
     def resident_modules(self) -> list[nn.Module]:
-        """The modules that stay on the compute device: every child of the model but the block list, and the
+        """The modules that stay on the compute device: every child of the model but the block lists, and the
         blocks not swapped."""
-        return ([child for child in self.model.children() if child is not self._blocks]
-                + [b for i, b in enumerate(self._blocks) if i not in self.swapped])
+        return ([child for child in self.model.children() if child is not self._blocks and child is not self._vace]
+                + [b for i, b in enumerate(self._seq) if i not in self._positions])
 
     # --- the window --------------------------------------------------------------------------------------
     def _window(self, i: int) -> list[int]:
-        """Swapped blocks that should be resident when block ``i`` starts: ``i`` itself if swapped, then the
-        next ``prefetch`` swapped blocks after it (no wrap to the next call)."""
-        ahead = [j for j in self.swapped if j > i][: self.prefetch]
+        """Swapped blocks that should be resident when block ``i`` (a position in execution order) starts: ``i``
+        itself if swapped, then the next ``prefetch`` swapped blocks after it (no wrap to the next call)."""
+        ahead = [j for j in self._positions if j > i][: self.prefetch]
         return ([i] if i in self._slots else []) + ahead
 
     def _load(self, slot: _Slot) -> None:
@@ -265,7 +278,8 @@ class BlockSwap:
             self._drop(slot)
 
     def resident(self) -> list[int]:
-        """Indices of the swapped blocks now on the compute device."""
+        """Positions (in execution order: a VACE model's VACE blocks first) of the swapped blocks now on the
+        compute device."""
         return [i for i, s in self._slots.items() if s.resident]
 
     def _make_pre(self, i: int):
@@ -294,9 +308,11 @@ class BlockSwap:
         return post
 
     def _text_kv(self, ctx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """``WanDiT.text_kv`` with each swapped block brought in for its own cross-attention K/V."""
+        """``WanDiT.text_kv`` with each swapped block brought in for its own cross-attention K/V (main blocks,
+        then VACE blocks, as ``WanDiT.text_kv``)."""
         out = []
-        for i, block in enumerate(self._blocks):
+        for i in self._text_order:
+            block = self._seq[i]
             slot = self._slots.get(i)
             if slot is not None:
                 for j, other in self._slots.items():
@@ -319,10 +335,7 @@ class BlockSwap:
                 h.remove()
             yield
         finally:
-            for i, block in enumerate(self._blocks):
-                self._hooks.append(block.register_forward_pre_hook(self._make_pre(i)))
-                if i in self._slots:
-                    self._hooks.append(block.register_forward_hook(self._make_post(i)))
+            self._hook()
 
     def remove(self, bring_back: bool = True) -> None:
         """Undo: hooks removed, ``model.text_kv`` restored and (``bring_back``) every block on ``device``;
@@ -345,7 +358,8 @@ class BlockSwap:
         return sum(t.numel() * t.element_size() for s in self._slots.values() for t in s.offload.values())
 
     def __repr__(self) -> str:
-        return (f"BlockSwap({len(self.swapped)} of {len(self._blocks)} blocks, "
+        vace = f" + {len(self.vace_swapped)} of {len(self._vace)} VACE blocks" if self._vace is not None else ""
+        return (f"BlockSwap({len(self.swapped)} of {len(self._blocks)} blocks{vace}, "
                 f"prefetch={self.prefetch}, {self.offload_device} -> {self.device})")
 
 

@@ -79,6 +79,15 @@ def _rows(text: Any, rows: slice) -> Any:
     return text[rows]
 
 
+def _vace_part(kwargs: dict, part) -> dict:
+    """``kwargs`` with a VACE model's embedded VACE inputs (``vace``: ``[(tokens [B, L, D], scale), ...]``) cut
+    by ``part`` exactly like the hidden states (docs/vace.md section 1.3)."""
+    vace = kwargs.get("vace")
+    if not vace:
+        return kwargs
+    return {**kwargs, "vace": [(part(tokens), scale) for tokens, scale in vace]}
+
+
 class ContextParallelMixin:
     """Mixed in front of the model's class by :func:`context_parallel`."""
 
@@ -107,7 +116,8 @@ class ContextParallelMixin:
             half = h.shape[0] // 2
             rows = slice(g.cfg_rank * half, (g.cfg_rank + 1) * half)
             e0_rows = e0[rows] if e0.shape[0] == h.shape[0] else e0
-            out = self._run_sharded(run, h[rows], e0_rows, _rows(text, rows), freqs, attention_cache, args, kwargs)
+            out = self._run_sharded(run, h[rows], e0_rows, _rows(text, rows), freqs, attention_cache, args,
+                                    _vace_part(kwargs, lambda t: t[rows]))
             return _gather(out, g.cfg_group, 0)
         # an odd batch (e.g. guidance 1): both CFG ranks compute it (same result, no speed-up)
         return self._run_sharded(run, h, e0, text, freqs, attention_cache, args, kwargs)
@@ -126,6 +136,7 @@ class ContextParallelMixin:
         fs = torch.cat([freqs, freqs.new_ones((pad,) + freqs.shape[1:])])[rows] if pad else freqs[rows]
         if e0.dim() == 4:  # per-token modulation [B, L, 6, D]
             e0 = F.pad(e0, (0, 0, 0, 0, 0, pad))[:, rows]
+        kwargs = _vace_part(kwargs, lambda t: F.pad(t, (0, 0, 0, pad))[:, rows])  # VACE tokens sharded like h
         self.attention.length = length
         try:
             out = run(hs, e0, text, fs, attention_cache, *args, **kwargs)

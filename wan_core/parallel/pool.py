@@ -93,15 +93,17 @@ class _Driver:
         self.pool = pool
 
     def publish(self, model, h, e0, text, freqs, attention_cache, args, kwargs) -> None:
+        kwargs = dict(kwargs)
+        vace = kwargs.pop("vace", None) or []  # a VACE model's embedded VACE inputs travel with the other tensors
         if attention_cache is not None or args or kwargs:
             raise WorkerError("the context-parallel worker pool cannot mirror the attention cache (rank 0 alone "
                               "would skip attention): use cache exact, teacache, magcache, easycache or wan with "
                               "attention off, or run under torchrun")
         text_tensors, text_spec = _pack(text)
-        tensors = [h, e0, freqs] + text_tensors
+        tensors = [h, e0, freqs] + [tokens for tokens, _ in vace] + text_tensors
         step = getattr(model.attention, "step", None), getattr(model.attention, "total", None)
         self.pool.send({"op": "run_blocks", "meta": [_meta(t) for t in tensors], "text": text_spec, "step": step,
-                        "loras": lora_stack(model)})
+                        "loras": lora_stack(model), "vace": [scale for _, scale in vace]})
         self.pool.guard(lambda: [dist.broadcast(_wire(t), 0, group=self.pool.world_group) for t in tensors])
 
 
@@ -179,12 +181,15 @@ def _worker(rank: int, world: int, port: int, device: str, spec: LoadSpec, confi
                     dist.broadcast(wire, 0, group=world_group)
                     tensors.append(torch.view_as_complex(wire) if dt.is_complex else wire)
                 h, e0, freqs, *text = tensors
+                scales = cmd["vace"]
+                vace = [(tokens, scale) for tokens, scale in zip(text[:len(scales)], scales)] or None
+                text = text[len(scales):]
                 model.attention.step, model.attention.total = cmd["step"]
                 if cmd["loras"] != loras:  # rank 0's model now wants other LoRAs (or strengths)
                     _set_loras(dit, cmd["loras"])
                     loras = cmd["loras"]
                 with torch.inference_mode():
-                    model.run_blocks(h, e0, _unpack(text, cmd["text"]), freqs)
+                    model.run_blocks(h, e0, _unpack(text, cmd["text"]), freqs, **({"vace": vace} if vace else {}))
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
     except BaseException:

@@ -31,8 +31,9 @@ _QUANT_CHUNK = 1 << 22  # float32 elements per quantisation chunk
 
 # Linear layers converted when a full-precision DiT is quantised on load: the ones inside the blocks.
 # Embeddings (patch/text/time), time projection, norms, modulation and the head stay high precision.
-# (k_img / v_img: the image cross-attention of Wan 2.1 I2V / FLF2V)
-BLOCK_LINEAR = re.compile(r"^blocks\.\d+\.(?:(?:self_attn|cross_attn)\.(?:[qkvo]|k_img|v_img)|ffn\.[02])$")
+# (k_img / v_img: the image cross-attention of Wan 2.1 I2V / FLF2V; vace_blocks: a VACE model's VACE blocks, whose
+# before_proj / after_proj stay high precision like the other projections outside the attention / FFN)
+BLOCK_LINEAR = re.compile(r"^(?:vace_)?blocks\.\d+\.(?:(?:self_attn|cross_attn)\.(?:[qkvo]|k_img|v_img)|ffn\.[02])$")
 
 _WARNED: set[str] = set()
 

@@ -76,12 +76,14 @@ class SUVWanDiT(WanDiT):
         return (fused, *args[1:]), kwargs
 
     def forward(self, x: torch.Tensor, t, context, image_latent: torch.Tensor | None = None,
-                clip_tokens: torch.Tensor | None = None) -> torch.Tensor:
+                clip_tokens: torch.Tensor | None = None, vace_context=None, vace_scale: float = 1.0) -> torch.Tensor:
         """x ``[B, 16, F, H, W]``, t ``[B]`` or scalar on 0..1000, context ``[B, L, text_dim]`` or list -> v
-        (``image_latent`` / ``clip_tokens``: as ``WanDiT.forward``, for image-to-video models)."""
+        (``image_latent`` / ``clip_tokens``: as ``WanDiT.forward``, for image-to-video models; ``vace_context`` /
+        ``vace_scale``: for VACE models)."""
         self._skip_stack = []
         try:
-            out = super().forward(x, t, context, image_latent=image_latent, clip_tokens=clip_tokens)
+            out = super().forward(x, t, context, image_latent=image_latent, clip_tokens=clip_tokens,
+                                  vace_context=vace_context, vace_scale=vace_scale)
             if self._skip_stack:
                 raise RuntimeError(f"{len(self._skip_stack)} SUV skips were not consumed: the dense forward "
                                    "did not run every block once in order")
