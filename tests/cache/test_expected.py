@@ -118,15 +118,8 @@ console.log(JSON.stringify({ cached: draw(sampler), plain: draw(plain), latent: 
     ({"method": "magcache", "threshold": 0.3, "start": -1, "end": -1},
      "cache magcache: ≈ 21/60 DiT evaluations (published speed-up; ≥ 20) · ≈ 35% DiT work"),
 ])
-def test_canvas_shows_the_connected_caches_expected_evaluations(tmp_path, cache, line):
-    ext = tmp_path / "extensions" / "wancore"
-    ext.mkdir(parents=True)
-    for p in WEB.iterdir():
-        shutil.copy(p, ext / p.name)
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts" / "app.js").write_text(
-        "export const app = { extensions: [], registerExtension(e) { this.extensions.push(e); }, graph: null };")
-    (tmp_path / "package.json").write_text('{"type": "module"}')
+def test_canvas_shows_the_connected_caches_expected_evaluations(web_stage, tmp_path, cache, line):
+    web_stage()
     (tmp_path / "harness.js").write_text(CANVAS)
     settings = {"sampler": {"steps": 30, "guidance": 6.0}, "cache": cache}
     res = subprocess.run([NODE, str(tmp_path / "harness.js"), json.dumps(settings)], capture_output=True, text=True,

@@ -115,9 +115,9 @@ def test_each_window_has_its_own_cache_state(node, tiny, shown):
 
 # ---------------------------------------------------------------- the canvas estimate knows windows
 
-def _canvas_with_context(tmp_path) -> Path:
+def _canvas_with_context(web_stage) -> Path:
     """tests/nodes/test_web.py's canvas harness with a context node on the sampler's context input."""
-    from .test_web import APP_STUB, CANVAS_HARNESS, WEB
+    from .test_web import API_STUB, APP_STUB, CANVAS_HARNESS
 
     harness = CANVAS_HARNESS.replace('"WanCoreModelLoader", "VAEDecode"]',
                                      '"WanCoreModelLoader", "VAEDecode", "WanCoreContextWindows"]')
@@ -126,24 +126,20 @@ def _canvas_with_context(tmp_path) -> Path:
                               'const context = make(5, "WanCoreContextWindows", cfg.context, [], ["context"]);\n'
                               'connect(3, context, 0, sampler, "context");')
     assert harness.count("WanCoreContextWindows") == 2
-    ext = tmp_path / "extensions" / "wancore"
-    ext.mkdir(parents=True)
-    for p in WEB.iterdir():
-        shutil.copy(p, ext / p.name)
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts" / "app.js").write_text(APP_STUB)
-    (tmp_path / "package.json").write_text('{"type": "module"}')
+    tmp_path = web_stage(APP_STUB, API_STUB)
     (tmp_path / "canvas_harness.js").write_text(harness)
     return tmp_path / "canvas_harness.js"
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed (CI has it)")
 @pytest.mark.parametrize("frames,schedule,want", [
-    (65, "static", "context windows: 7 × 5 latent frames · ≈ {peak} peak per window · {flops} for 20 steps"),
-    (65, "uniform", "context windows of 5 latent frames (uniform: a new set each step) · ≈ {peak} peak per window"),
-    (17, "static", "context window 5 latent frames ≥ the video's 5: one window, the plain sampler"),
+    (65, "static", ["context windows: 7 × 5 latent frames · {flops} for 20 steps",
+                    "per window: {tokens} tokens · ≈ {peak} peak"]),
+    (65, "uniform", ["context windows of 5 latent frames (uniform: a new set each step)",
+                     "per window: {tokens} tokens · ≈ {peak} peak"]),
+    (17, "static", ["context window 5 latent frames ≥ the video's 5: one window, the plain sampler"]),
 ])
-def test_canvas_estimate_shows_the_windows(tmp_path, frames, schedule, want):
+def test_canvas_estimate_shows_the_windows(web_stage, frames, schedule, want):
     from wan_core import estimate as E
 
     from .test_web import run_node
@@ -153,8 +149,11 @@ def test_canvas_estimate_shows_the_windows(tmp_path, frames, schedule, want):
            "sampler": {"steps": 20, "guidance": 6.0},
            "context": {"context_frames": 17, "context_overlap": 8, "context_schedule": schedule,
                        "anchor_first_frame": True}}
-    out = json.loads(run_node(_canvas_with_context(tmp_path), json.dumps(cfg)))
+    out = json.loads(run_node(_canvas_with_context(web_stage), json.dumps(cfg)))
     window = E.estimate(width=64, height=64, frames=17, model="1.3B", dtype="bf16", steps=20, guidance=6.0)
     count = len(ContextWindows.from_frames(17, 8).windows((frames - 1) // 4 + 1))
-    line = want.format(peak=E.format_bytes(window["peak_bytes"]), flops=E.format_flops(window["flops_total"] * count))
-    assert line in [t["t"] for t in out["sampler"]], out["sampler"]
+    shown = [t["t"] for t in out["sampler"]]
+    for line in want:
+        line = line.format(peak=E.format_bytes(window["peak_bytes"]), tokens=f"{window['tokens']:,}",
+                           flops=E.format_flops(window["flops_total"] * count))
+        assert line in shown, shown

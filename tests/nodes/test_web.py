@@ -149,16 +149,8 @@ console.log(JSON.stringify(out));
 
 
 @pytest.fixture
-def canvas(tmp_path):
-    ext = tmp_path / "extensions" / "wancore"
-    ext.mkdir(parents=True)
-    for p in WEB.iterdir():
-        shutil.copy(p, ext / p.name)
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts" / "app.js").write_text(APP_STUB)
-    (tmp_path / "scripts" / "api.js").write_text(API_STUB)
-    (tmp_path / "package.json").write_text('{"type": "module"}')
-    harness = tmp_path / "canvas_harness.js"
+def canvas(web_stage):
+    harness = web_stage(APP_STUB, API_STUB) / "canvas_harness.js"
     harness.write_text(CANVAS_HARNESS)
     return harness
 
