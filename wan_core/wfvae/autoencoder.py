@@ -11,6 +11,7 @@ from ..numerics import check_finite
 from ..progress import InterruptFn, ProgressCounter, ProgressFn
 from ..vae.tiling import pair
 from .config import WFVAEConfig
+from .latent_format import WFVAELatentFormat, latent_format
 from .model import WFVAEModel
 from .streaming import stream_decode, stream_encode, tiled_decode, tiled_encode
 
@@ -62,6 +63,11 @@ class WFVAE:
     @property
     def config(self) -> WFVAEConfig:
         return self.model.config
+
+    @property
+    def latent_format(self) -> WFVAELatentFormat:
+        """Its latents' format (the release's scale/shift; the mark on its LATENT dicts)."""
+        return latent_format(self.config)
 
     @property
     def dtype(self) -> torch.dtype:

@@ -53,6 +53,11 @@ class WFVAEConfig:
         return 12 if self.temporal_factor == 4 else 24
 
     @property
+    def z_dim(self) -> int:
+        """The latent channels under the Wan VAE config's name (``check_latent``, ``latent_geometry`` read it)."""
+        return self.latent_dim
+
+    @property
     def latent_scale(self) -> tuple[float, ...]:
         return self.scale or (SCALE,) * self.latent_dim
 
