@@ -28,11 +28,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args) -> int:
-    """The parsed command: ``generate`` (the request built, then run) or ``train-demo``."""
+    """The parsed command: ``generate`` (the request built, then run), ``train-demo`` or ``vae``."""
     if args.command == "train-demo":
         from ..demo.train import main as train_demo
 
         return train_demo(args)
+    if args.command == "vae":
+        from .vae import run as run_vae
+
+        return run_vae(args)
     from .generate import generate
     from .request import build_request
 

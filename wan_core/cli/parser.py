@@ -7,7 +7,7 @@ import argparse
 import os
 
 from ..variants import PRESETS, PRESET_VARIANTS, VARIANTS, WAN21
-from . import parallel, train_demo, wan22
+from . import parallel, train_demo, vae, wan22
 from .checks import INT_RANGES
 from .video_io import OUTPUT_KINDS
 
@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace an existing --out file that WanCore did not write (refused otherwise)")
     t = sub.add_parser("train-demo", help="train the built-in demo model (resumable; see docs/demo_model.md)")
     train_demo.add_arguments(t)
+    v = sub.add_parser("vae", help="encode/decode a video with a VAE (a WF-VAE or the Wan VAE); roundtrip prints "
+                                   "the PSNR (docs/wfvae.md)", formatter_class=_HelpFormatter)
+    v.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks instead of one-line errors")
+    vae.add_arguments(v)
     return p
 
 
