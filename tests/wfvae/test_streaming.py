@@ -60,3 +60,14 @@ def test_bad_inputs_are_refused_in_one_line():
             vae.encode(bad)
     with pytest.raises(ValueError, match="raw latents \\[B, 4"):
         vae.decode(torch.zeros(1, 16, 2, 2, 2))
+
+
+def test_non_finite_output_is_named_per_chunk():
+    from wan_core.numerics import NonFiniteError
+
+    vae = tiny(SMALL)
+    with torch.no_grad():
+        vae.model.decoder.conv_out.bias[0] = float("nan")
+    for tiling in ("off", "on"):
+        with pytest.raises(NonFiniteError, match=r"^WF-VAE decode output of <model>: \d+ of \d+ values are NaN/Inf"):
+            vae.decode(torch.randn(1, 4, 2, 2, 2), tiling=tiling, tile=2, overlap=1)

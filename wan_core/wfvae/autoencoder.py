@@ -119,11 +119,10 @@ class WFVAE:
         tiled, tile, overlap = self._tiled(tiling, (h, w), tile, overlap)
         with torch.no_grad():
             if tiled:
-                out = tiled_decode(self.model, z, out, tile, overlap, progress, interrupt)
+                out = tiled_decode(self.model, z, out, tile, overlap, progress, interrupt, self.source)
             else:
                 def sink(b: int, t0: int, frames: torch.Tensor) -> None:
                     out[b:b + 1, :, t0:t0 + frames.shape[2]].copy_(frames)
 
-                stream_decode(self.model, z, sink, ProgressCounter(progress, b * t), interrupt)
-        check_finite(out, f"WF-VAE decode output of {self.source}", "the weights or the latents are corrupt")
+                stream_decode(self.model, z, sink, ProgressCounter(progress, b * t), interrupt, self.source)
         return out

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..numerics import check_finite
 from ..progress import InterruptFn, ProgressCounter, check_interrupt
 from ..vae.tiling import blend_weights, tile_grid
 from .causal_conv import StreamState
@@ -34,9 +35,11 @@ def stream_encode(model: WFVAEModel, video: torch.Tensor, sink: SinkFn, progress
 
 
 def stream_decode(model: WFVAEModel, z: torch.Tensor, sink: SinkFn, progress: ProgressCounter | None = None,
-                  interrupt: InterruptFn | None = None) -> None:
+                  interrupt: InterruptFn | None = None, source: str = "<model>") -> None:
     """Raw latents ``z`` [B, latent, T', H', W'] -> ``sink(b, t, frames)`` with the video frames from frame t;
-    the decoder holds one frame back per time upsampling until the next latent frame (or the last) arrives."""
+    the decoder holds one frame back per time upsampling until the next latent frame (or the last) arrives.
+    Each chunk is checked for NaN/Inf as it comes (a check of the whole output would cost memory that grows
+    with length and area)."""
     p = next(model.parameters())
     for b in range(z.shape[0]):
         state, done = StreamState(), 0
@@ -44,6 +47,7 @@ def stream_decode(model: WFVAEModel, z: torch.Tensor, sink: SinkFn, progress: Pr
             check_interrupt(interrupt, "WF-VAE decode")
             state.last = i == z.shape[2] - 1
             frames = model.decode(z[b:b + 1, :, i:i + 1].to(device=p.device, dtype=p.dtype), state)
+            check_finite(frames, f"WF-VAE decode output of {source}", "the weights or the latents are corrupt")
             sink(b, done, frames)
             done += frames.shape[2]
             if progress is not None:
@@ -58,7 +62,7 @@ def _tiles(rows, cols, scale: int):
 
 
 def tiled_decode(model: WFVAEModel, z: torch.Tensor, out: torch.Tensor, tile, overlap, progress=None,
-                 interrupt: InterruptFn | None = None) -> torch.Tensor:
+                 interrupt: InterruptFn | None = None, source: str = "<model>") -> torch.Tensor:
     """Decode ``z`` tile by tile (latent units) into the zero-filled ``out`` [B, 3, T, 8H', 8W'], blending the
     overlaps linearly (weights sum to one: a single tile is the untiled decode)."""
     rows, cols = tile_grid(z.shape[3], z.shape[4], tile, overlap)
@@ -70,7 +74,7 @@ def tiled_decode(model: WFVAEModel, z: torch.Tensor, out: torch.Tensor, tile, ov
             dst = out[b:b + 1, :, t:t + frames.shape[2], 8 * y0:8 * y1, 8 * x0:8 * x1]
             dst.addcmul_(frames.to(device=out.device, dtype=out.dtype), w)
 
-        stream_decode(model, z[:, :, :, y0:y1, x0:x1], sink, prog, interrupt)
+        stream_decode(model, z[:, :, :, y0:y1, x0:x1], sink, prog, interrupt, source)
     return out
 
 
