@@ -1,4 +1,5 @@
-"""The Haar transforms against an independent float64 naive formula (official filters: +-0.3536 in 3-D, +-1/2 in 2-D)."""
+"""The Haar transforms against an independent float64 naive formula (official filters: +-0.3536 in 3-D,
++-1/2 in 2-D)."""
 from __future__ import annotations
 
 import itertools

@@ -30,7 +30,8 @@ def probe(*cases: str, structure: str = "4x8x8", base: int = 8, timeout: int = 9
 
 def ratio(r: dict, base: str, test: str, label: str) -> float:
     value = r[test]["peak_mib"] / r[base]["peak_mib"]
-    print(f"{label}: {base} -> {r[base]['peak_mib']:.2f} MiB, {test} -> {r[test]['peak_mib']:.2f} MiB, ratio {value:.3f}")
+    print(f"{label}: {base} -> {r[base]['peak_mib']:.2f} MiB, {test} -> {r[test]['peak_mib']:.2f} MiB, "
+          f"ratio {value:.3f}")
     return value
 
 

@@ -34,7 +34,8 @@ PACK = "custom_nodes_x_wancore_pack"  # the name tests/nodes/conftest.py loads t
 @pytest.fixture(scope="module")
 def node():
     if PACK not in sys.modules:
-        spec = importlib.util.spec_from_file_location(PACK, ROOT / "__init__.py", submodule_search_locations=[str(ROOT)])
+        spec = importlib.util.spec_from_file_location(PACK, ROOT / "__init__.py",
+                                                      submodule_search_locations=[str(ROOT)])
         module = importlib.util.module_from_spec(spec)
         sys.modules[PACK] = module
         spec.loader.exec_module(module)
