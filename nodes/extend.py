@@ -20,6 +20,7 @@ from wan_core.latent_format import latent_geometry
 from wan_core.numerics import check_finite
 from wan_core.vae.image import image_to_video, video_to_image
 from wan_core.variants import WAN21
+from wan_core.wfvae.latent_format import refuse_wfvae, refuse_wfvae_latent
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -72,6 +73,8 @@ def extend_video(model, vae, frames: int = WAN21.frames, overlap: int = DEFAULT_
     if (images is None) == (latent is None):
         raise ValueError("extend: connect either images (the frames to continue) or latent (the previous clip's "
                          "LATENT), not both and not neither")
+    refuse_wfvae(vae, "vae")
+    refuse_wfvae_latent(latent, "latent")
     ext = Extension(overlap, color_match, conditioning)  # type: ignore[arg-type]
     with contextlib.ExitStack() as stack, torch.inference_mode():
         if images is not None:
@@ -110,6 +113,7 @@ def join_latent(extension: PreparedExtension, latent: dict):
     _check_prepared(extension)
     if extension.continuation.source != "latent":
         raise ValueError("extension: it continues frames; decode the clip and use WanCore Join Frames")
+    refuse_wfvae_latent(latent, "latent")
     z = latent.get("samples") if isinstance(latent, dict) else None
     if not isinstance(z, torch.Tensor):
         raise ValueError("latent: expected the new clip's LATENT from the WanCore Sampler")

@@ -10,6 +10,7 @@ import wan_core
 from wan_core.i2v import ImageCondition, image_condition
 from wan_core.numerics import check_finite
 from wan_core.variants import WAN21
+from wan_core.wfvae.latent_format import refuse_wfvae
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -56,6 +57,7 @@ def image_to_video(vae, start_image: torch.Tensor, width: int = WAN21.width, hei
                    frames: int = WAN21.frames,
                    batch_size: int = 1, end_image: torch.Tensor | None = None, clip_vision=None,
                    clip_vision_output=None, clip_vision_end_output=None):
+    refuse_wfvae(vae, "vae")
     problems = size_problems(width, height, frames, batch_size)
     if problems:
         raise ValueError("; ".join(problems))

@@ -220,7 +220,9 @@ MODEL_LOADER = NodeSpec(
 
 VAE_LOADER = NodeSpec(
     node_id="WanCoreVAELoader", display_name="WanCore Load VAE", category=CATEGORY,
-    description="Loads the Wan 2.1 video VAE (Wan2.1_VAE.pth, wan_2.1_vae.safetensors or a diffusers folder).",
+    description="Loads the Wan 2.1 video VAE (Wan2.1_VAE.pth, wan_2.1_vae.safetensors or a diffusers folder), "
+                "or Open-Sora Plan's WF-VAE (4x8x8 or v1.5 8x8x8: .ckpt, safetensors or a folder with config.json) "
+                "for encode/decode.",
     inputs=(
         Input("vae_name", "COMBO", options=lambda: host.list_models("vae"), tooltip="e.g. wan_2.1_vae.safetensors"),
         Input("dtype", "COMBO", default="auto", options=tuple(DTYPES)),

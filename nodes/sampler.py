@@ -20,6 +20,7 @@ from wan_core.sampling.context_windows import ContextWindows
 from wan_core.sampling.prompt_travel import one_window_note, travel_note
 from wan_core.sampling.nag import NAG_ALPHA, NAG_SCALE, NAG_TAU, NAGAttention, NAGConfig
 from wan_core.variants import WAN21
+from wan_core.wfvae.latent_format import refuse_wfvae_latent
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -44,6 +45,7 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS,
            shift: float = WAN21.shift, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0,
            cache=None, image_cond=None, context=None, extend=None, riflex: str = "off"):
     check_models(model)
+    refuse_wfvae_latent(latent, "latent")  # WF-VAE-L latents have 16 channels as Wan 2.1's: the mark tells
     first_frame = first_frame_of(latent)  # TI2V-5B image-to-video (WanCoreImageToVideoLatent22 / native)
     # Values matter only when sampling starts from the latent (denoise < 1); otherwise only its shape is used.
     z = check_latent(latent.get("samples") if isinstance(latent, dict) else None, "latent", dit=model,

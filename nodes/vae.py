@@ -1,4 +1,5 @@
-"""VAE nodes: decode raw latents to IMAGE frames (streamed, optionally tiled) and encode frames to latents."""
+"""VAE nodes: decode raw latents to IMAGE frames (streamed, optionally tiled) and encode frames to latents, with
+the Wan VAE or a WF-VAE (whose LATENTs carry its format's mark: ``wan_core.wfvae.latent_format``)."""
 from __future__ import annotations
 
 import torch
@@ -6,6 +7,7 @@ import torch
 from wan_core.numerics import check_finite
 from wan_core.pipeline import check_latent
 from wan_core.vae.image import image_to_video, video_to_image
+from wan_core.wfvae.latent_format import check_latent_for_vae, latent_dict
 
 from . import host
 from .declare import Input, NodeSpec, Output
@@ -34,6 +36,7 @@ def validate_tiles(tile_size: int | None = 256, overlap: int | None = 64) -> boo
 
 
 def decode(vae, samples: dict, tiling: str = "auto", tile_size: int = 256, overlap: int = 64):
+    check_latent_for_vae(samples, "samples", vae)
     z = check_latent(samples.get("samples") if isinstance(samples, dict) else None, "samples", vae=vae)
     tiles = validate_tiles(tile_size, overlap)
     if tiles is not True:
@@ -51,21 +54,25 @@ def encode(vae, image: torch.Tensor, tiling: str = "auto"):
         raise ValueError(f"image: expected an IMAGE batch [frames, H, W, 3], got "
                          f"{list(image.shape) if isinstance(image, torch.Tensor) else type(image).__name__}")
     check_finite(image, "image", "the frames are corrupt")
-    t = image.shape[0]
-    if (t - 1) % 4:
-        lo = t - (t - 1) % 4
-        raise ValueError(f"image: {t} frames; the VAE needs 4n+1 frames (e.g. {lo} or {lo + 4}); trim the batch")
+    t, tf = image.shape[0], vae.config.temporal_factor  # 4, or 8 for the v1.5 WF-VAE
+    if (t - 1) % tf:
+        lo = t - (t - 1) % tf
+        raise ValueError(f"image: {t} frames; the VAE needs {tf}n+1 frames (e.g. {lo} or {lo + tf}); trim the batch")
     progress, bar = _decode_progress()
     with host.on_device(vae) as v, torch.inference_mode(), bar:
         z = v.encode(image_to_video(image).to(v.device, v.dtype), tiling=tiling, progress=progress,
                      interrupt=host.check_interrupt)
+    fmt = getattr(vae, "latent_format", None)  # a WF-VAE's: its LATENT is marked so no Wan DiT takes it
+    if fmt is not None:
+        return (latent_dict(z.to(host.intermediate_device()), fmt),)
     return ({"samples": z.to(host.intermediate_device()), "downscale_ratio_spacial": vae.config.spatial_factor},)
 
 
 DECODE = NodeSpec(
     node_id="WanCoreDecode", display_name="WanCore VAE Decode", category=CATEGORY,
-    description="Decodes Wan 2.1 latents (ours or ComfyUI's native) to frames, one latent frame at a time so "
-                "memory stays flat in video length; tiling bounds memory in resolution (auto: on out-of-memory).",
+    description="Decodes Wan 2.1 latents (ours or ComfyUI's native), or a WF-VAE's, to frames, one latent frame "
+                "at a time so memory stays flat in video length; tiling bounds memory in resolution (auto: on "
+                "out-of-memory for the Wan VAE, above 256 px tiles for a WF-VAE).",
     inputs=(
         Input("vae", "WANCORE_VAE"),
         Input("samples", "LATENT"),
@@ -83,7 +90,8 @@ DECODE = NodeSpec(
 
 ENCODE = NodeSpec(
     node_id="WanCoreEncode", display_name="WanCore VAE Encode", category=CATEGORY,
-    description="Encodes frames (IMAGE, 4n+1 frames, sizes multiple of 8) to raw Wan 2.1 latents.",
+    description="Encodes frames (IMAGE, 4n+1 frames, or 8n+1 for the 8x8x8 WF-VAE; sizes multiple of 8) to raw "
+                "latents of the VAE (a WF-VAE's are marked: WF-VAE decode only, never a Wan sampler).",
     inputs=(
         Input("vae", "WANCORE_VAE"),
         Input("image", "IMAGE"),

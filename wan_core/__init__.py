@@ -16,7 +16,8 @@ _EXPORTS = {
     "load_dit": "wan_core.dit.loader:load_dit",
     "ModelOptions": "wan_core.dit.options:ModelOptions",
     "WanDiT": "wan_core.dit.model:WanDiT",
-    "load_vae": "wan_core.vae.loader:load_vae",
+    "load_vae": "wan_core.wfvae.loader:load_vae",  # Wan VAE, or an Open-Sora Plan WF-VAE
+    "WFVAE": "wan_core.wfvae.autoencoder:WFVAE",
     "WanVAE": "wan_core.vae.loader:WanVAE",
     "VAETilingWarning": "wan_core.vae.loader:VAETilingWarning",
     "load_text_encoder": "wan_core.text.encoder:load_text_encoder",

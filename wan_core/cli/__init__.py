@@ -12,8 +12,8 @@ imported inside the command, so ``--help`` answers at once.
 Modules: ``parser`` (flags, torch-free), ``request`` (the frozen ``GenerateRequest``: defaults resolved, checks
 run once), ``checks``, ``loras``, ``models`` (files and loading), ``placement`` (device, block swap, memory),
 ``conditioning`` (I2V image), ``wan22`` (A14B experts, TI2V first frame), ``parallel`` (torchrun),
-``generate`` (the run), ``metadata``, ``video_io``, ``model_files``, ``train_demo``, ``errors``, ``dispatch``
-(``main``).
+``generate`` (the run), ``metadata``, ``video_io``, ``model_files``, ``train_demo``, ``vae`` (the ``vae``
+command: encode/decode/roundtrip a video file), ``errors``, ``dispatch`` (``main``).
 """
 from .dispatch import main
 

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args) -> int:
-    """The parsed command: ``generate`` (the request built, then run), ``train-demo`` or ``quantize``."""
+    """The parsed command: ``generate`` (the request built, then run), ``train-demo``, ``quantize`` or ``vae``."""
     if args.command == "quantize":
         from .quantize import quantize
 
@@ -37,6 +37,10 @@ def run(args) -> int:
         from ..demo.train import main as train_demo
 
         return train_demo(args)
+    if args.command == "vae":
+        from .vae import run as run_vae
+
+        return run_vae(args)
     from .generate import generate
     from .request import build_request
 

@@ -7,7 +7,7 @@ import argparse
 import os
 
 from ..variants import PRESETS, PRESET_VARIANTS, VARIANTS, WAN21
-from . import parallel, train_demo, wan22
+from . import parallel, train_demo, vae, wan22
 from .checks import INT_RANGES
 from .video_io import OUTPUT_KINDS
 
@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("output", help="the new .gguf file (an existing file is never overwritten)")
     q.add_argument("--type", required=True, choices=GGUF_WRITABLE_TYPES,
                    help="GGUF type of the block weights (the types the gguf package can quantise)")
+    v = sub.add_parser("vae", help="encode/decode a video with a VAE (a WF-VAE or the Wan VAE); roundtrip prints "
+                                   "the PSNR (docs/wfvae.md)", formatter_class=_HelpFormatter)
+    v.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks instead of one-line errors")
+    vae.add_arguments(v)
     return p
 
 
