@@ -41,7 +41,7 @@ def import_isolated(root: str, dotted: str):
         name = ".".join([alias, *parts[:i]])
         if name not in sys.modules:
             pkg = types.ModuleType(name)
-            pkg.__path__ = [path]  # type: ignore[attr-defined]
+            pkg.__path__ = [path]
             sys.modules[name] = pkg
         path = os.path.join(path, parts[i])
     return importlib.import_module(".".join([alias, *parts]))
