@@ -9,6 +9,7 @@ one spawned worker builds ComfyUI's WanModel and takes the patched weights throu
   relative on the latent): Ulysses 2, Ring 2, CFG-parallel; with a LoRA through ComfyUI's own
   ``comfy.sd.load_lora_for_models``; with WanCore Native Cache (easycache reusing steps) and Native Attention
   (int8, osp13) in the chain;
+* ComfyUI's context windows (each window's forward split across the ranks) with the cache per window;
 * a changed LoRA strength re-sends only the weights the LoRA patches (counted, and the bytes);
 * a killed worker is a WorkerError naming its device within seconds, and the next run starts a fresh pool;
   an interrupt between steps stops the run and the pool keeps working;
@@ -24,7 +25,7 @@ import pytest
 import torch
 
 from ..attention.helpers import random_dit_state
-from .test_native_comfy import CFG, comfy, inputs, native_patcher
+from .test_native_comfy import CFG, comfy, inputs, native_patcher, sample_long, with_windows
 
 pytestmark = pytest.mark.skipif(comfy is None, reason="ComfyUI (comfy) is not importable")
 
@@ -108,6 +109,21 @@ def test_cache_and_attention_in_the_chain_and_lora_strength_resend(weights, cpu_
     total = sum(t.numel() * t.element_size() for t in base.model.diffusion_model.state_dict().values())
     print(f"LoRA strength change re-sent {sent['bytes'] / 1e6:.2f} MB of {total / 1e6:.2f} MB")
     assert sent["bytes"] < total / 2
+
+
+@pytest.mark.slow
+def test_context_windows_split_each_window(weights, cpu_workers):
+    """ComfyUI's WanContextWindowsManual (5 latent frames, 3-frame windows, overlap 1) with the cache per window:
+    each window's forward is split across the ranks (Ring 2 here); equal to the plain windowed run."""
+    shown: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native.host, "show_text", shown.append)
+        m = with_windows(native.patch_cache(native_patcher(weights), "easycache", threshold=2.0)[0], 9, 4)
+        ref = sample_long(m)
+        ref_report = shown[-1]
+        out = sample_long(native.patch_parallel(m, 2, 1, 2, False)[0])
+    print(f"windows, ring 2: rel {rel(out, ref):.2e}; {shown[-1].splitlines()[0]}")
+    assert rel(out, ref) <= 1e-5 and shown[-1] == ref_report and "2 context windows" in ref_report
 
 
 @pytest.mark.slow
