@@ -12,6 +12,11 @@
 6. GGUF weights (bench/gguf_weights.py, docs/gguf.md) at --gguf-grid: resident bytes vs file, a 2-block
    1.3B-width forward Q8_0 / Q4_K / fp8_scaled / bf16 (dequantised on the GPU, per layer), and a 5120x5120 Q4_K
    dequantise vs its matmul at --tokens rows (with --compile also torch.compile'd).
+7. with --native-cp N (2+ GPUs, --comfy pointing at a ComfyUI checkout): ComfyUI's own WanModel at 1.3B width
+   (--native-blocks blocks, random weights) through comfy.sample.sample (UniPC, cfg 5, 3 steps) at --dit-grid,
+   plain vs WanCore Native Context Parallel on N GPUs (Ulysses N when it divides the 12 heads, else Ring):
+   relative error of the latent (expected <= 1e-2 in bf16, <= 1e-5 in fp32) and the time ratio
+   (docs/parallel.md section 12). On CPU it runs with WANCORE_CPU_PROCESSES=N (checks the script only).
 
     python bench/gpu_check.py [--tokens 32760] [--repeats 5] [--device cuda]
 Runs on CPU too (small --tokens, e.g. --vae 5x64x64) so the script itself is checked where no GPU is lent.
@@ -63,7 +68,13 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="also time compiled blocks in the block-swap check")
     ap.add_argument("--gguf-grid", type=int, nargs=3, default=[21, 30, 52], metavar=("F", "H", "W"),
                     help="latent patch grid of the GGUF check ('0 0 0': skip)")
+    ap.add_argument("--native-cp", type=int, default=0, help="check 7 on this many GPUs (0: skip)")
+    ap.add_argument("--native-blocks", type=int, default=4)
+    ap.add_argument("--comfy", default="", help="ComfyUI checkout (check 7)")
     args = ap.parse_args()
+    if args.native_cp:
+        native_cp_check(args)
+        return
     dev = torch.device(args.device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     print(f"# {name}, torch {torch.__version__}")
@@ -190,6 +201,54 @@ def vae_check(case: str, dev: torch.device, rounds: int) -> None:
     ratios = ", ".join(f"{k} {v:.2f}x" for k, v in r["ratios"].items())
     peak = r["peak_mib"]["ours untiled"] / r["peak_mib"]["diffusers default"]
     print(f"VAE decode {case} bf16: {times}; {ratios}; peak ours untiled / diffusers default {peak:.2f}x")
+
+
+
+def native_cp_check(args) -> None:
+    """7. WanCore Native Context Parallel on ComfyUI's own WanModel vs the plain native run (see module doc)."""
+    import os
+    import sys
+
+    sys.path.append(args.comfy)  # after this repo: its nodes package, not ComfyUI's nodes.py
+    argv, sys.argv = sys.argv, [sys.argv[0]] + (["--cpu"] if args.device == "cpu" else [])
+    import comfy.options
+
+    comfy.options.enable_args_parsing()
+    import comfy.sample
+    import comfy.sd
+
+    sys.argv = argv
+    os.environ.setdefault("WANCORE_CPU_PROCESSES", str(args.native_cp))  # CPU only: the script check
+    from nodes import native
+    from wan_core.parallel.pool import shutdown_pools
+
+    cfg = DIT_PRESETS["wan2.1-t2v-1.3b"].replace(num_layers=args.native_blocks)
+    sd = {k: v.contiguous() for k, v in WanDiT(cfg).state_dict().items()}
+    model = comfy.sd.load_diffusion_model_state_dict(sd)
+    f, h, w = args.dit_grid
+    g = torch.Generator().manual_seed(0)
+    pos = [[torch.randn(1, 512, 4096, generator=g) * 0.1, {}]]
+    neg = [[torch.zeros(1, 512, 4096), {}]]
+    latent = torch.zeros(1, 16, f, 2 * h, 2 * w)
+    noise = torch.randn(latent.shape, generator=g)
+
+    def run(m):
+        t = time.perf_counter()
+        out = comfy.sample.sample(m, noise, 3, 5.0, "uni_pc", "simple", pos, neg, latent, denoise=1.0,
+                                  disable_pbar=True, seed=0)
+        return out.float(), time.perf_counter() - t
+
+    n = args.native_cp
+    u = n if cfg.num_heads % n == 0 else 1
+    par = native.patch_parallel(model, n, u, n // u, False)[0]
+    run(model)  # loads the model
+    ref, t1 = run(model)
+    run(par)  # starts the workers, sends the weights
+    out, tn = run(par)
+    err = ((out - ref).abs().max() / ref.abs().max()).item()
+    print(f"native CP ulysses {u} x ring {n // u} on {n} devices, {f * h * w} tokens, {args.native_blocks} blocks: "
+          f"plain {t1:.2f} s, parallel {tn:.2f} s ({t1 / tn:.2f}x), rel max error {err:.2e}")
+    shutdown_pools()
 
 
 if __name__ == "__main__":

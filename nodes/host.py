@@ -517,3 +517,47 @@ def register_routes() -> bool:
         return False
     instance.routes.get(DIT_INFO_ROUTE)(_dit_info)
     return True
+
+
+def native_weight_patches(patcher) -> tuple[Any, dict[str, tuple]]:
+    """``(version, {name: patches})``: the ModelPatcher's patch-set id (``patches_uuid``, new whenever patches
+    are added) and, per diffusion-model weight it patches (state-dict name), its patches as ComfyUI applies them
+    (``(strength, patch, strength_model, offset, function)`` each: a LoRA's strength is in there)."""
+    prefix = "diffusion_model."
+    patches = {k[len(prefix):]: tuple(tuple(p) for p in v) for k, v in patcher.patches.items()
+               if k.startswith(prefix) and v}
+    return getattr(patcher, "patches_uuid", None), patches
+
+
+def native_patched_weights(patcher, names: list[str]) -> dict[str, torch.Tensor]:
+    """The diffusion model's weights ``names`` with the patcher's patches (LoRAs) applied: the live weights
+    when ComfyUI has patched them in place for this patcher (a full load), else computed from the live
+    (unpatched) ones with ComfyUI's own ``calculate_weight`` (a low-VRAM load patches on the fly)."""
+    model = patcher.model
+    state = model.diffusion_model.state_dict(keep_vars=True)
+    current = getattr(model, "current_weight_patches_uuid", None)
+    in_place = current is not None and current == getattr(patcher, "patches_uuid", None) and \
+        not getattr(model, "model_lowvram", False)
+    if current is not None and not in_place and not getattr(model, "model_lowvram", False):
+        raise ValueError("WanCore Native Context Parallel: the model's weights carry another MODEL's patches "
+                         "(sampling loads the model first)")
+    out = {}
+    for name in names:
+        w = state[name].detach()
+        full = f"diffusion_model.{name}"
+        if not in_place and full in patcher.patches:
+            import comfy.lora
+
+            w = comfy.lora.calculate_weight(patcher.patches[full], w.to(torch.float32, copy=True), full).to(w.dtype)
+        out[name] = w
+    return out
+
+
+def native_build_spec(model) -> dict:
+    """What a worker needs to build the same ComfyUI Wan model (class, ``unet_config``, weight and compute
+    dtypes); the weights come separately."""
+    base = model.model
+    dm = base.diffusion_model
+    weight_dtype = next(dm.parameters()).dtype
+    return {"class_name": type(dm).__name__, "unet_config": dict(base.model_config.unet_config),
+            "dtype": weight_dtype, "manual_cast_dtype": getattr(base, "manual_cast_dtype", None)}

@@ -23,7 +23,8 @@ from .declare import Input, NodeSpec, Output
 HEAD_COUNTS = (12, 24, 40)  # Wan 2.1 1.3B, Wan 2.2 TI2V 5B, 14B
 
 
-def _device_list(devices: int) -> list[str]:
+def device_list(devices: int) -> list[str]:
+    """``devices`` device names, this process's first ("cpu" each on a server without GPUs)."""
     first = host.torch_device()
     if first.type != "cuda":
         return ["cpu"] * devices  # CPU processes with gloo: for tests, no speed-up
@@ -101,7 +102,7 @@ def apply(model, devices: int = 2, ulysses: int = 2, ring: int = 1, cfg_parallel
     if problem:
         raise ValueError(problem)
     with host_main_hidden():
-        pool = get_pool(model, config, _device_list(devices))
+        pool = get_pool(model, config, device_list(devices))
     host.show_text(f"context parallel: {config.describe()} on {devices} processes")
     return (pool.view(model),)  # this model's LoRA stack (if any): the workers apply the same files
 

@@ -305,7 +305,7 @@ def workflows() -> list[Workflow]:
     ])
     return [basic, long_tiled, native, distill_workflow(), multi_gpu_workflow(),
             fast_workflow(), cached_workflow(), demo_workflow(), long_windows_workflow(), extend_workflow(),
-            native_fast_workflow(), native_long_windows_workflow(),
+            native_fast_workflow(), native_long_windows_workflow(), native_multi_gpu_workflow(),
             *image_workflows(), *wan22_workflows()]
 
 
@@ -507,6 +507,38 @@ def native_long_windows_workflow() -> Workflow:
         Node(15, "WanContextWindowsManual", {"context_length": 81, "context_overlap": 30,
                                              "context_schedule": "standard_static", "context_stride": 1,
                                              "closed_loop": False, "fuse_method": "pyramid"}, {"model": (13, 0)}),
+    ])
+
+
+def native_multi_gpu_workflow() -> Workflow:
+    """ComfyUI's native Wan graph (UNETLoader, LoRA, WanCore's native patches, KSampler) on two GPUs through
+    WanCore Native Context Parallel (docs/parallel.md section 12)."""
+    return Workflow("native_t2v_multi_gpu", "## ComfyUI's native Wan graph on two GPUs\n"
+                    "ComfyUI's *Load Diffusion Model* and *LoraLoaderModelOnly* (pick your LoRA; strength 0 or "
+                    "bypass it if you have none), **WanCore Native Attention** and **WanCore Native Cache** "
+                    "(EasyCache), *ModelSamplingSD3*, then **WanCore Native Context Parallel**: the video's tokens "
+                    "are split over 2 GPUs (Ulysses 2), same video as on one GPU. A worker process on the second "
+                    "GPU builds ComfyUI's own Wan model and gets the patched weights (LoRA applied) once; a changed "
+                    "LoRA strength re-sends only the weights that LoRA patches. Ulysses must divide the heads (12 "
+                    "for 1.3B, 40 for 14B); *ring* covers the rest; *cfg_parallel* puts cond and uncond on "
+                    "different GPUs. See docs/parallel.md section 12.\n" + _FILES_NOTE, [
+        Node(1, "UNETLoader", {"unet_name": DIT_1_3B, "weight_dtype": "default"}),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
+        Node(3, "WanCoreVAELoader", {"vae_name": VAE}),
+        _encode(PROMPT),
+        Node(5, "EmptyHunyuanLatentVideo", {"width": 832, "height": 480, "length": 81, "batch_size": 1}),
+        Node(6, "KSampler", {"seed": 42, "steps": 30, "cfg": 6.0, "sampler_name": "uni_pc", "scheduler": "simple",
+                             "denoise": 1.0},
+             {"model": (15, 0), "positive": (14, 0), "negative": (14, 1), "latent_image": (5, 0)}),
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, "video/WanCore_native_multi_gpu"),
+        Node(10, "LoraLoaderModelOnly", {"lora_name": LORA, "strength_model": 1.0}, {"model": (1, 0)}),
+        Node(11, "WanCoreNativeAttention", {"backend": "auto", "skiparse": "none", "k": 4}, {"model": (10, 0)}),
+        Node(12, "WanCoreNativeCache", {"method": "easycache"}, {"model": (11, 0)}),
+        Node(13, "ModelSamplingSD3", {"shift": 8.0}, {"model": (12, 0)}),
+        Node(14, "WanCoreEmbedsToConditioning", {"text_len": 512}, {"embeds": (4, 0)}),
+        Node(15, "WanCoreNativeContextParallel", {"devices": 2, "ulysses": 2, "ring": 1, "cfg_parallel": False},
+             {"model": (13, 0)}),
     ])
 
 

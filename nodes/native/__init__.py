@@ -9,6 +9,9 @@ One module per idea. ``host`` (the ComfyUI adapter) never imports this package; 
   wrappers, and :class:`CacheAttention` (the ``wan`` preset's attention cache);
 * ``riflex_patch`` - :class:`RiflexEmbedder`, RIFLEx on the native model's RoPE, as an object patch on a clone;
 * ``patcher`` - puts them on a clone of a ComfyUI ``ModelPatcher`` (the ComfyUI names from ``host``);
+* ``parallel_patch`` - context parallelism's per-rank part (block sharding, the cross-rank attention override);
+  ``parallel_worker`` - the worker process's ComfyUI Wan model; ``parallel_node`` - WanCore Native Context
+  Parallel and its rank-0 driver (docs/parallel.md section 12);
 * ``specs`` - the four nodes (WanCore Native Attention, Native Cache, Native RIFLEx, Embeds to Conditioning).
 
 The patch cores are plain Python (no ``comfy`` import), so they are tested without ComfyUI.
@@ -44,6 +47,7 @@ from .cache_patch import (
     time_embeddings,
     window_of,
 )
+from .parallel_node import PARALLEL, NativeParallel, patch_parallel, validate_native_parallel
 from .patcher import native_attention_patch, native_cache_patch
 from .riflex_patch import RiflexEmbedder, native_riflex_patch
 from .specs import (
@@ -52,7 +56,6 @@ from .specs import (
     CATEGORY,
     CONDITIONING,
     NATIVE_METHODS,
-    NODES,
     RIFLEX,
     SKIPARSE_CHOICES,
     attention_override,
@@ -65,11 +68,14 @@ from .specs import (
     validate_cache,
     validate_riflex,
 )
+from .specs import NODES as _SPEC_NODES
+
+NODES = (*_SPEC_NODES, PARALLEL)
 
 __all__ = [
     "ATTENTION", "CACHE", "CACHE_CALLS_KEY", "CALLS_KEY", "CATEGORY", "CONDITIONING", "CacheAttention",
     "NATIVE_BACKENDS", "NATIVE_METHODS", "NODES", "NativeAttention", "NativeCache", "NativeCacheRun",
-    "NativeCacheState", "NativeDiT",
+    "NativeCacheState", "NativeDiT", "NativeParallel", "PARALLEL", "patch_parallel", "validate_native_parallel",
     "RIFLEX", "RUN_KEY", "RiflexEmbedder", "SKIPARSE_CHOICES", "attention_block_patch", "attention_override",
     "block_patch", "branch_name", "cache_setting", "calc_cond_batch_wrapper", "diffusion_model_wrapper", "grid_wrapper",
     "guidance_of", "host", "native_attention_patch", "native_cache_patch", "native_config", "native_riflex_patch",

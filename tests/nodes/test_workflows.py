@@ -34,7 +34,8 @@ NAMES += ("t2v_long_windows",)  # WanCoreContextWindows on the demo model (docs/
 NAMES += ("extend_video",)  # WanCoreExtendVideo + Join Latents on the demo model (docs/long_video.md section 3)
 # Graphs on ComfyUI's native MODEL (UNETLoader, KSampler): run end to end by tests/nodes/test_native_comfy.py
 NAMES += ("native_long_windows",)  # ComfyUI's WanContextWindowsManual + the native patches
-NATIVE_MODEL = ("native_t2v_fast", "native_long_windows")
+NAMES += ("native_t2v_multi_gpu",)  # WanCoreNativeContextParallel (docs/parallel.md section 12)
+NATIVE_MODEL = ("native_t2v_fast", "native_long_windows", "native_t2v_multi_gpu")
 # Core ComfyUI node ids the workflows may use (read from ComfyUI 0.33's nodes.py / comfy_extras).
 CORE_NODE_IDS = {"VAELoader", "VAEDecode", "EmptyHunyuanLatentVideo", "CreateVideo", "SaveVideo", "UNETLoader",
                  "LoraLoaderModelOnly", "ModelSamplingSD3", "KSampler", "LoadImage",

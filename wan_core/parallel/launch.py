@@ -26,9 +26,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def import_isolated(root: str, dotted: str):
+    """Import module ``dotted`` (``a.b.c``) from the folder ``root`` under a private name, without running the
+    ``__init__`` of its parent packages (``a``, ``a.b``): a worker needs one module of a node pack, whose
+    package name inside ComfyUI is not importable elsewhere (and whose ``nodes`` package is shadowed by
+    ComfyUI's ``nodes`` module). Relative imports inside resolve to sibling files, run as they are imported."""
+    import sys
+    import types
+
+    parts = dotted.split(".")
+    alias = f"_wancore_isolated_{abs(hash(os.path.abspath(root)))}"
+    path = os.path.abspath(root)
+    for i in range(len(parts)):  # the packages: bare modules with a search path, no __init__ run
+        name = ".".join([alias, *parts[:i]])
+        if name not in sys.modules:
+            pkg = types.ModuleType(name)
+            pkg.__path__ = [path]
+            sys.modules[name] = pkg
+        path = os.path.join(path, parts[i])
+    return importlib.import_module(".".join([alias, *parts]))
+
+
 def load_function(ref: str):
-    """``"path/file.py:name"`` or ``"package.module:name"`` -> the function."""
+    """``"path/file.py:name"``, ``"package.module:name"`` or ``"root::package.module:name"`` (the module
+    imported from the folder ``root`` with :func:`import_isolated`) -> the function."""
     where, _, name = ref.rpartition(":")
+    if "::" in where:
+        root, _, dotted = where.partition("::")
+        return getattr(import_isolated(root, dotted), name)
     if where.endswith(".py"):
         spec = importlib.util.spec_from_file_location(f"_wancore_launch_{abs(hash(where))}", where)
         assert spec is not None and spec.loader is not None

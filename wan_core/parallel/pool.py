@@ -142,9 +142,52 @@ def _importable_in_children() -> None:
         sys.path.append(folder)
 
 
+def serve_dit(spec: LoadSpec, device: str, groups, world_group):
+    """The worker side of WanCore's own DiT: loads the checkpoint itself (``spec``) and returns the handler of
+    ``run_blocks`` messages (receive the block stack's inputs, run this rank's shard, apply rank 0's LoRAs)."""
+    dit = load_function(spec.fn)(*spec.args, **spec.kwargs, device=device)
+    from .dit import context_parallel
+
+    model = context_parallel(dit, groups)
+    loras: list[tuple] = [()]
+
+    def handle(cmd: dict) -> None:
+        if cmd["op"] != "run_blocks":
+            raise ValueError(f"unknown worker message {cmd['op']!r}")
+        tensors = receive(cmd["meta"], device, world_group)
+        h, e0, freqs, *text = tensors
+        scales = cmd["vace"]  # a VACE model's embedded inputs come first, then the text tensors
+        vace = [(tokens, scale) for tokens, scale in zip(text[:len(scales)], scales)] or None
+        text = text[len(scales):]
+        model.attention.step, model.attention.total = cmd["step"]
+        if cmd["loras"] != loras[0]:  # rank 0's model now wants other LoRAs (or strengths)
+            _set_loras(dit, cmd["loras"])
+            loras[0] = cmd["loras"]
+        with torch.inference_mode():
+            model.run_blocks(h, e0, _unpack(text, cmd["text"]), freqs, **({"vace": vace} if vace else {}))
+
+    return handle
+
+
+def receive(meta: list, device: str, group) -> list[torch.Tensor]:
+    """The tensors rank 0 broadcasts after a message (``meta``: shape and dtype of each, ``_meta``)."""
+    tensors = []
+    for shape, dtype in meta:
+        dt = getattr(torch, dtype)
+        wire = torch.empty(tuple(shape) + ((2,) if dt.is_complex else ()),
+                           dtype=torch.float32 if dt == torch.complex64 else
+                           torch.float64 if dt == torch.complex128 else dt, device=device)
+        dist.broadcast(wire, 0, group=group)
+        tensors.append(torch.view_as_complex(wire) if dt.is_complex else wire)
+    return tensors
+
+
+SERVE_DIT = "wan_core.parallel.pool:serve_dit"
+
+
 def _worker(rank: int, world: int, port: int, device: str, spec: LoadSpec, config: ParallelConfig,
-            timeout_s: float, commands, results) -> None:
-    """Worker main loop (spawned)."""
+            timeout_s: float, commands, results, serve: str = SERVE_DIT) -> None:
+    """Worker main loop (spawned): join the group, build the handler (``serve``), run messages until stopped."""
     results.put(("started", rank, None))  # rank 0 waits for this before the rendezvous, watching for deaths
     try:
         torch.set_num_threads(max(1, torch.get_num_threads() // world))
@@ -153,13 +196,9 @@ def _worker(rank: int, world: int, port: int, device: str, spec: LoadSpec, confi
         backend = "nccl" if device.startswith("cuda") else "gloo"
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=STARTUP_TIMEOUT_S))
-        dit = load_function(spec.fn)(*spec.args, **spec.kwargs, device=device)
         world_group = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=timeout_s))
         groups = build_groups(config, timeout_s=timeout_s)
-        from .dit import context_parallel
-
-        model = context_parallel(dit, groups)
-        loras: tuple = ()
+        handle = load_function(serve)(spec, device, groups, world_group)
         results.put(("ready", rank, None))
         parent = mp.parent_process()
         while True:
@@ -171,27 +210,11 @@ def _worker(rank: int, world: int, port: int, device: str, spec: LoadSpec, confi
                 continue
             if cmd["op"] == "stop":
                 return
-            if cmd["op"] == "run_blocks":
-                tensors = []
-                for shape, dtype in cmd["meta"]:
-                    dt = getattr(torch, dtype)
-                    wire = torch.empty(shape + ((2,) if dt.is_complex else ()),
-                                       dtype=torch.float32 if dt == torch.complex64 else
-                                       torch.float64 if dt == torch.complex128 else dt, device=device)
-                    dist.broadcast(wire, 0, group=world_group)
-                    tensors.append(torch.view_as_complex(wire) if dt.is_complex else wire)
-                h, e0, freqs, *text = tensors
-                scales = cmd["vace"]
-                vace = [(tokens, scale) for tokens, scale in zip(text[:len(scales)], scales)] or None
-                text = text[len(scales):]
-                model.attention.step, model.attention.total = cmd["step"]
-                if cmd["loras"] != loras:  # rank 0's model now wants other LoRAs (or strengths)
-                    _set_loras(dit, cmd["loras"])
-                    loras = cmd["loras"]
-                with torch.inference_mode():
-                    model.run_blocks(h, e0, _unpack(text, cmd["text"]), freqs, **({"vace": vace} if vace else {}))
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
+            reply = handle(cmd)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            if reply is not None:
+                results.put((cmd["op"], rank, reply))
     except BaseException:
         results.put(("error", rank, traceback.format_exc()))
     finally:
@@ -209,14 +232,15 @@ class WorkerPool:
     0's parallel model: give it to the sampler as the DiT. ``close()`` (also at exit) stops everything."""
 
     def __init__(self, dit: Any, config: ParallelConfig, devices: list[str], spec: LoadSpec | None = None,
-                 timeout_s: float = 25.0):
-        check_degrees(config, len(devices), int(dit.config.num_heads))
+                 timeout_s: float = 25.0, serve: str = SERVE_DIT, heads: int | None = None):
+        check_degrees(config, len(devices), int(dit.config.num_heads) if heads is None else heads)
         if dist.is_initialized():
             raise RuntimeError("a torch.distributed process group already exists in this process; the "
                                "context-parallel pool needs to own it (under torchrun use the CLI's --ulysses "
                                "/ --ring instead of the pool)")
         self.config, self.devices, self.timeout_s = config, list(devices), timeout_s
         self.spec = spec if spec is not None else LoadSpec.of(dit)
+        self.serve = serve
         self.world = len(devices)
         self.closed = False
         ctx = mp.get_context("spawn")
@@ -226,7 +250,7 @@ class WorkerPool:
         _importable_in_children()
         self.procs = [ctx.Process(target=_worker, daemon=True, name=f"wancore-cp-rank{r}",
                                   args=(r, self.world, port, devices[r], self.spec, config, timeout_s,
-                                        self.commands[r - 1], self.results))
+                                        self.commands[r - 1], self.results, serve))
                       for r in range(1, self.world)]
         for p in self.procs:
             p.start()
@@ -242,7 +266,7 @@ class WorkerPool:
             self.close()
             raise
         self.groups = groups
-        self.model = self.view(dit)
+        self.model = self.view(dit) if serve == SERVE_DIT else None
         _POOLS.append(self)
 
     def view(self, dit: Any) -> Any:
@@ -285,21 +309,27 @@ class WorkerPool:
                 started.add(rank)
 
     def _wait_ready(self) -> None:
-        ready: set[int] = set()
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while len(ready) < self.world - 1:
+        self.collect("ready", STARTUP_TIMEOUT_S, "failed to start")
+
+    def collect(self, kind: str, timeout_s: float, what: str) -> dict[int, Any]:
+        """Every worker's ``(kind, rank, reply)`` result; a dead or failing worker (or the timeout) raises a
+        WorkerError naming it (``what`` says what it was doing)."""
+        replies: dict[int, Any] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(replies) < self.world - 1:
             try:
-                kind, rank, msg = self.results.get(timeout=1.0)
+                got, rank, msg = self.results.get(timeout=1.0)
             except queue_mod.Empty:
                 dead = self._dead()
                 if dead or time.monotonic() > deadline:
-                    raise WorkerError(f"context-parallel worker failed to start: {'; '.join(dead) or 'timeout'}") \
-                        from None
+                    raise WorkerError(f"context-parallel worker {what}: {'; '.join(dead) or 'timeout'}") from None
                 continue
-            if kind == "error":
-                raise WorkerError(f"context-parallel worker rank {rank} failed to start: "
+            if got == "error":
+                raise WorkerError(f"context-parallel worker rank {rank} ({self.devices[rank]}) {what}: "
                                   f"{msg.strip().splitlines()[-1]}")
-            ready.add(rank)
+            if got == kind:
+                replies[rank] = msg
+        return replies
 
     def send(self, cmd: dict) -> None:
         if self.closed:
@@ -364,22 +394,23 @@ class WorkerPool:
             _POOLS.remove(self)
 
     def key(self) -> tuple:
-        return (self.spec.key(), self.config, tuple(self.devices))
+        return (self.serve, self.spec.key(), self.config, tuple(self.devices))
 
 
 _POOLS: list[WorkerPool] = []
 
 
 def get_pool(dit: Any, config: ParallelConfig, devices: list[str], spec: LoadSpec | None = None,
-             timeout_s: float = 25.0) -> WorkerPool:
+             timeout_s: float = 25.0, serve: str = SERVE_DIT, heads: int | None = None) -> WorkerPool:
     """The running pool for this model, layout and devices, or a new one (any other pool is shut down first:
-    a process has one group)."""
+    a process has one group). ``serve``: the workers' handler factory (``serve_dit`` for WanCore's DiT; the
+    native ComfyUI model has its own), ``heads``: the head count when ``dit`` is None."""
     spec = spec if spec is not None else LoadSpec.of(dit)
     for pool in list(_POOLS):
-        if not pool.closed and pool.key() == (spec.key(), config, tuple(devices)) and not pool._dead():
+        if not pool.closed and pool.key() == (serve, spec.key(), config, tuple(devices)) and not pool._dead():
             return pool
         pool.close()
-    return WorkerPool(dit, config, devices, spec, timeout_s)
+    return WorkerPool(dit, config, devices, spec, timeout_s, serve, heads)
 
 
 def shutdown_pools() -> None:
