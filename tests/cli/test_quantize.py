@@ -64,3 +64,20 @@ def test_written_types_follow_city96():
     assert tensor_type("patch_embedding.weight", (64, 16, 1, 2, 2), torch.bfloat16, "Q8_0") == "F32"
     assert tensor_type("text_embedding.0.weight", (64, 32), torch.bfloat16, "Q8_0") == "BF16"
     assert tensor_type("blocks.0.ffn.0.bias", (128,), torch.float16, "Q8_0") == "F16"
+
+
+def test_the_demo_dit_keeps_its_text_length_and_output(tmp_path):
+    """The built-in demo DiT records text length 32 in its header; its GGUF must carry it, or the loaded model
+    would pad prompts to 512 rows and compute something else."""
+    from wan_core.demo import builtin_paths
+
+    out = tmp_path / "demo-F16.gguf"
+    assert main(["quantize", str(builtin_paths()["dit"]), str(out), "--type", "F16"]) == 0
+    ref = load_dit(builtin_paths()["dit"], dtype=torch.float32)
+    got = load_dit(out, dtype=torch.float32)
+    assert got.config == ref.config and got.config.text_len == 32
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 16, 2, 4, 4, generator=g)
+    ctx = [torch.randn(5, ref.config.text_dim, generator=g)]
+    with torch.no_grad():
+        torch.testing.assert_close(got(x, torch.tensor([500]), ctx), ref(x, torch.tensor([500]), ctx))

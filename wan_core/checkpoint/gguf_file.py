@@ -35,6 +35,7 @@ _LLMS = ("llama", "qwen", "gemma", "mistral", "phi", "gpt", "falcon", "mamba", "
 # keys only a Wan DiT has (community files without an architecture are recognised by them)
 _WAN_KEYS = ("blocks.0.self_attn.norm_q.weight", "text_embedding.2.weight", "head.modulation")
 ORIG_SHAPE = "comfy.gguf.orig_shape."
+TEXT_LEN_FIELD = "wancore.text_len"  # written by wan_core.quant.gguf_writer when the source records one
 
 
 class GGUFFormatError(ValueError):
@@ -105,6 +106,8 @@ class GGUFFile:
             self._types[name] = block_type.name
         self._shapes = {name: self._shape(name) for name in self._tensors}
         self.metadata = {"gguf_architecture": self.architecture}
+        if TEXT_LEN_FIELD in self.fields:  # a DiT whose text length is not Wan's 512 (the built-in demo: 32)
+            self.metadata["wan_text_len"] = str(self.fields[TEXT_LEN_FIELD])
 
     def _check_architecture(self) -> None:
         arch = self.architecture

@@ -1,7 +1,7 @@
 """Assigning a GGUF file's tensors to a meta ``WanDiT`` with its Linear weights kept in their blocks (docs/gguf.md).
 
-A Linear weight stored quantised (or as F16/BF16 when the compute dtype differs) becomes a ``GGUFLinear`` holding
-the file's bytes; every other tensor (norms, biases, modulation, embeddings stored as floats, the 5-D patch
+A block's Linear weight stored quantised (or as F16/BF16 when the compute dtype differs) becomes a ``GGUFLinear``
+holding the file's bytes; every other tensor (norms, biases, modulation, embeddings stored as floats, the 5-D patch
 embedding) is read into the compute dtype, dequantised first when a converter quantised it. One tensor is read
 at a time, copied once out of the memory map: resident weight bytes ~ the file's tensor bytes.
 """
@@ -17,6 +17,7 @@ from ..checkpoint import CheckpointError, LazyStateDict, nonfinite_error
 from ..checkpoint.ggml_blocks import BLOCK_TYPES
 from ..checkpoint.gguf_file import GGUFFile
 from ..numerics import nonfinite_count
+from ..quant.fp8 import is_block_linear
 from ..quant.gguf_linear import GGUFLinear
 
 _TORCH_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
@@ -48,7 +49,11 @@ def load_gguf_weights(model: nn.Module, sd: LazyStateDict, dtype: torch.dtype, d
         reader, inner = sd.entry(key)
         layer, _, leaf = key.rpartition(".")
         qtype = reader.qtype(inner)
-        if leaf == "weight" and layer in linears and _keeps_blocks(qtype, sd.shape(key), dtype):
+        # only the blocks' Linears keep their bytes: the embeddings, time path and head read ``.weight`` directly
+        # (in float32 for the time path), so a file storing them in blocks (F16 from a half-precision source)
+        # has them dequantised into the compute dtype here, as small as they are
+        if leaf == "weight" and layer in linears and is_block_linear(layer) \
+                and _keeps_blocks(qtype, sd.shape(key), dtype):
             blocks[layer] = (qtype, reader.blocks(inner).to(device))
             continue
         t = sd[key].to(device=device, dtype=dtype)

@@ -16,6 +16,7 @@ import torch
 
 from ..checkpoint import FP8_DTYPES, Source, dequantize, is_quant_aux_key, weight_scale_key
 from ..checkpoint.ggml_blocks import BLOCK_TYPES
+from ..checkpoint.gguf_file import TEXT_LEN_FIELD
 from ..dit.loader import official_state_dict
 from .fp8 import is_block_linear
 
@@ -70,6 +71,8 @@ def write_gguf(src: Source, out: str | os.PathLike, qtype: str,
     keys = [k for k in sd if not is_quant_aux_key(k)]
     writer = gguf.GGUFWriter(str(out), arch="wan")
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    if "wan_text_len" in sd.metadata:  # keep a text length other than 512 (the safetensors header's field)
+        writer.add_uint32(TEXT_LEN_FIELD, int(sd.metadata["wan_text_len"]))
     counts: dict[str, int] = {}
     try:
         for i, key in enumerate(keys):
