@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from wan_core.config import DIT_PRESETS
-from wan_core.demo import randomize_, tiny_random_models
+from wan_core.demo import tiny_random_models
 from wan_core.dit.model import WanDiT
 from wan_core.dit.moe import WanMoE
 from wan_core.pipeline import GenerationConfig, WanPipeline
@@ -18,17 +18,9 @@ from wan_core.sampling.context_windows import ContextWindows
 from wan_core.vace import VaceRequest, vace_context
 from wan_core import latent_format
 
+from ..vace.helpers import vace_dit
+
 CFG = GenerationConfig(prompt="a red ball", width=16, height=16, frames=9, steps=2, guidance=4.0, seed=3)
-
-
-def vace_dit(seed: int, text_dim: int = 32) -> WanDiT:
-    """The tiny DiT with one VACE block per main block, every weight random (before/after_proj included)."""
-    cfg = DIT_PRESETS["tiny"].replace(text_dim=text_dim, vace_layers=(0, 1), vace_in_dim=96)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        dit = WanDiT(cfg).eval()
-        randomize_(dit)
-    return dit
 
 
 class Spy:

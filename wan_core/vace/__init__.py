@@ -14,5 +14,6 @@ from .request import VaceRequest, build_request, has_vace
 from .tasks import VaceInput, extend_clip, first_last_frame, inpaint, outpaint, reference_only
 
 __all__ = ["LATENT_CHANNELS", "MASK_CHANNELS", "MULTIPLE", "PIXEL_SLACK", "VACE_CHANNELS", "VaceContext", "VaceInput",
-           "extend_clip", "first_last_frame", "fit_reference", "fold_mask", "from_native", "from_native_conditioning",
-           "inpaint", "max_reference_images", "outpaint", "reference_only", "to_native", "vace_context", "VaceRequest", "build_request", "has_vace"]
+           "VaceRequest", "build_request", "extend_clip", "first_last_frame", "fit_reference", "fold_mask",
+           "from_native", "from_native_conditioning", "has_vace", "inpaint", "max_reference_images", "outpaint",
+           "reference_only", "to_native", "vace_context"]
