@@ -1,6 +1,7 @@
 """A control video and its masks fitted to the run's size and length (docs/vace.md section 3), as ComfyUI's
 ``WanVaceToVideo`` fits them: cropped to the run's aspect ratio around the centre, resized bilinear, cut to the
-run's length; a shorter video is padded with grey frames that are generated (mask 1). Each change is said.
+run's length; a shorter video is padded with grey frames that are generated (mask 1); a mask of one frame
+applies to every frame (an inpainting mask drawn once). Each change is said.
 """
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ def fit_video(frames: torch.Tensor | None, masks: torch.Tensor | None, length: i
         if x.dim() != 5 or x.shape[1] not in (1, 3):
             raise ValueError(f"{name}: expected [B, {3 if fill == GREY else 1}, T, H, W], got {list(x.shape)}")
         t, h, w = x.shape[2:]
+        if fill != GREY and t == 1 and length > 1:
+            notes.append(f"mask video: one mask, used for all {length} frames")
+            x, t = x.expand(-1, -1, length, -1, -1), length
         if (h, w) != (height, width):
             notes.append(f"{name}: {w}x{h} resized to the run's {width}x{height} (centre crop to the aspect ratio, "
                          f"bilinear)")
