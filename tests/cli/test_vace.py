@@ -99,3 +99,19 @@ def test_preset_with_vace_flags_is_refused(files, tmp_path, capsys, tripwire):
                  "--out", str(tmp_path / "x.webp")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "--preset demo is text-to-video" in err[-1], err
+
+
+def test_official_vace_defaults(files):
+    """Wan2.1 generate.py: shift 16 for the vace tasks (50 steps and guidance 5 as T2V), unless --shift is given."""
+    from wan_core.cli import parser
+    from wan_core.cli.request import resolve
+
+    def request(*flags):
+        return resolve(parser.build_parser().parse_args(["generate", "--prompt", "x", "--out", "x.mp4", "--dit",
+                                                         str(files / "vace.safetensors"), *flags]))
+
+    vace = request("--ref-image", str(files / "ref1.png"))
+    assert (vace.shift, vace.steps, vace.guidance, vace.vace_scale, vace.ref_image) == (
+        16.0, 50, 5.0, None, (str(files / "ref1.png"),))
+    assert request("--ref-image", str(files / "ref1.png"), "--shift", "8").shift == 8.0
+    assert request().shift == 5.0
