@@ -5,7 +5,7 @@ import logging
 from typing import Any
 
 from . import (cache, conditioning, context, extend, host, i2v, latent, lora, models, native, parallel, prompt_rewrite,
-               sampler, vae, wan22)
+               sampler, vace, vae, wan22)
 from .declare import NodeSpec, use_client_text, v1_class, v3_class
 
 use_client_text(host.client_message)  # node errors reach API clients with model paths as <folder>/<file>
@@ -14,6 +14,7 @@ host.register_routes()  # the canvas estimate reads a DiT file's size by its nam
 NODE_SPECS: tuple[NodeSpec, ...] = (
     *models.NODES, *conditioning.NODES, *prompt_rewrite.NODES, *latent.NODES, *sampler.NODES, *cache.NODES,
     *context.NODES, *extend.NODES, *vae.NODES, *native.NODES, *lora.NODES, *i2v.NODES, *parallel.NODES, *wan22.NODES,
+    *vace.NODES,
 )
 
 LOG = logging.getLogger("WanCore")

@@ -19,11 +19,13 @@ from wan_core.sampling import SOLVER_NAMES, Convention, Solver, distill_sigmas
 from wan_core.sampling.context_windows import ContextWindows
 from wan_core.sampling.prompt_travel import one_window_note, travel_note
 from wan_core.sampling.nag import NAG_ALPHA, NAG_SCALE, NAG_TAU, NAGAttention, NAGConfig
+from wan_core.vace import VaceRequest
 from wan_core.variants import WAN21
 from wan_core.wfvae.latent_format import refuse_wfvae_latent
 
 from . import host
 from .declare import Input, NodeSpec, Output
+from .vace import native_request
 
 SCHEDULES: dict[str, Convention] = {"official": "official", "comfyui": "comfyui"}
 # Step-distilled LoRAs (lightx2v): their own timesteps, 1000/steps apart before the shift (wan_core.sampling.distill)
@@ -43,14 +45,19 @@ def _preview(x0: torch.Tensor):
 
 def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS, guidance: float = WAN21.guidance,
            shift: float = WAN21.shift, solver: str = "unipc", schedule: str = "official", denoise: float = 1.0,
-           cache=None, image_cond=None, context=None, extend=None, riflex: str = "off"):
+           cache=None, image_cond=None, context=None, extend=None, riflex: str = "off", vace_conditioning=None):
     check_models(model)
     refuse_wfvae_latent(latent, "latent")  # WF-VAE-L latents have 16 channels as Wan 2.1's: the mark tells
+    vace = vace_of(embeds, vace_conditioning)
     first_frame = first_frame_of(latent)  # TI2V-5B image-to-video (WanCoreImageToVideoLatent22 / native)
     # Values matter only when sampling starts from the latent (denoise < 1); otherwise only its shape is used.
     z = check_latent(latent.get("samples") if isinstance(latent, dict) else None, "latent", dit=model,
                      values=denoise < 1.0 or first_frame is not None)
     b, _, t, h, w = z.shape
+    t -= vace.ref_frames if vace is not None else 0  # the video's latent frames (the references are trimmed)
+    if t < 1:
+        raise ValueError(f"latent: {z.shape[2]} latent frames but the VACE inputs put {vace.ref_frames if vace else 0} "
+                         f"reference frames in front: use the latent output of the last WanCore VACE node")
     sf = latent_geometry(model)[2]  # 8, or 16 for the Wan 2.2 VAE's 48-channel latents
     if schedule == DISTILL and denoise != 1.0:
         raise ValueError("schedule lightx2v_distill starts from pure noise: set denoise to 1")
@@ -89,11 +96,21 @@ def sample(model, embeds: dict, latent: dict, seed: int = 0, steps: int = STEPS,
             out = pipe.sample_latents([c.to(device) for c in cond],
                                       [u.to(device) for u in uncond] if any(g != 1.0 for g in guidances) else None,
                                       cfg, latent=start, callback=callback, interrupt=_interrupt, cache=cache,
-                                      travel=[e.to(device) for e in travel] if travel else None,
+                                      travel=[e.to(device) for e in travel] if travel else None, vace=vace,
                                       **({"image": image_cond, "first_frame": first_frame} | head))
     # one progress text (a second would replace it): the context and travel notes, then "cache <method>: ..."
     host.show_text("\n".join([*context_note(context, t), *travel_lines, pipe.cache_report.text()]))
     return ({"samples": out.to(host.intermediate_device()), "downscale_ratio_spacial": sf},)
+
+
+def vace_of(embeds: dict, conditioning) -> VaceRequest | None:
+    """The run's VACE inputs: WanCore VACE's (in the embeds) or native ``WanVaceToVideo`` conditioning's."""
+    ours = embeds.get("vace") if isinstance(embeds, dict) else None
+    native = native_request(conditioning)
+    if ours is not None and native is not None:
+        raise ValueError("vace_conditioning: the embeds already carry VACE inputs (WanCore VACE); use one or the "
+                         "other")
+    return ours if ours is not None else native
 
 
 RIFLEX_CHOICES = ("off", "auto", *(str(k) for k in range(1, 23)))  # K within head_dim 128's temporal RoPE
@@ -202,6 +219,9 @@ SAMPLER = NodeSpec(
               tooltip="RIFLEx for videos longer than the model's training clips: auto lowers the temporal RoPE "
                       "component the model repeats on (K 6 for Wan) so one period covers the video; off = as "
                       "trained"),
+        Input("vace_conditioning", "CONDITIONING", optional=True,
+              tooltip="a VACE model with native conditioning: the positive output of WanVaceToVideo (its latent "
+                      "goes to latent; trim the reference frames afterwards with TrimVideoLatent, as natively)"),
     ),
     outputs=(Output("LATENT", "latent"),),
     fn=sample,

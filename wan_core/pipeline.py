@@ -31,6 +31,7 @@ from .dit.riflex import parse_setting as parse_riflex, resolve_riflex, use_rifle
 from .sampling.context_windows import ContextWindows, WindowedGuidance
 from .sampling import prompt_travel
 from .sampling.moe import MoEGuidance
+from .vace.request import VaceRequest, build_request, has_vace
 from .sampling import (DEFAULT_NEGATIVE_PROMPT, SOLVER_NAMES, ClassifierFreeGuidance, Convention, ScheduleConfig,
                        SamplingInterrupted, Solver, build_schedule, initial_latent, make_noise, sample)
 
@@ -288,6 +289,26 @@ def _known_head(known: torch.Tensor | None, cfg: GenerationConfig, shape: tuple[
     return latent_format.to_model(known.to(x.device, torch.float32)), x[:, :, :k].clone()
 
 
+def _check_vace(dit, vace: VaceRequest | None, shape: tuple[int, ...], head_given: bool) -> None:
+    """A VACE model gets a VACE request and only a VACE model does; the request fits the latent ``shape``
+    (reference frames included); a clip's given head (known / first frames) does not combine with it."""
+    if dit is None or getattr(dit, "config", None) is None:
+        return
+    name = source_name(dit, "the diffusion model")
+    if vace is None:
+        if has_vace(dit):
+            raise ValueError(f"{name} is a VACE model: give VACE inputs (a control video, masks or reference "
+                             f"images; none = an empty context, wan_core.vace.build_request)")
+        return
+    if not has_vace(dit):
+        raise ValueError(f"VACE inputs (control video, masks, reference images): {name} has no VACE blocks; load a "
+                         f"Wan VACE model (wan2.1_vace_1.3B / 14B, Wan 2.2 VACE-Fun) or leave them out")
+    vace.check(shape)
+    if head_given:
+        raise ValueError("VACE: known frames / a first-frame latent do not combine with VACE inputs; extend a clip "
+                         "with VACE itself (wan_core.vace.extend_clip: the given frames kept by a mask of 0)")
+
+
 class WanPipeline:
     """The three models plus the glue. Any model may be None when its stage is not used.
 
@@ -331,13 +352,21 @@ class WanPipeline:
         travel = [embs[i] for i in index]
         return travel[:1], (uncond[:1] if uncond is not None else None), travel
 
-    def velocity_model(self, image: ImageCondition | None = None, dit=None) -> Callable[
-            [torch.Tensor, torch.Tensor, Any], torch.Tensor]:
+    def velocity_model(self, image: ImageCondition | None = None, dit=None,
+                       vace: VaceRequest | None = None) -> Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]:
         """``(x, timestep, context) -> v``; with ``image`` the conditioning goes into every call (docs/i2v.md
-        section 4). ``dit``: one expert of a ``WanMoE`` (default: the pipeline's DiT)."""
+        section 4). ``dit``: one expert of a ``WanMoE`` (default: the pipeline's DiT). ``vace``: the VACE inputs of
+        the frames ``x`` holds, given to every call (both guidance passes: docs/vace.md section 3)."""
         dit = dit if dit is not None else self.dit
         if dit is None:
             raise ValueError("this pipeline has no DiT")
+        if vace is not None:
+            kwargs = vace.dit_kwargs(dit.device)
+
+            def vace_fn(x: torch.Tensor, timestep: torch.Tensor, context) -> torch.Tensor:
+                return dit(x.to(dit.device), timestep.to(dit.device), context, **kwargs).to(x.device, torch.float32)
+
+            return vace_fn
         if image is not None:
             y = image.image_latent.to(dit.device, torch.float32)
             clip = image.clip_tokens if getattr(dit.config, "image_dim", 0) else None
@@ -366,7 +395,7 @@ class WanPipeline:
         cache: Any = None,
         image: ImageCondition | None = None,
         first_frame: torch.Tensor | None = None, known: torch.Tensor | None = None,
-        travel: Sequence[torch.Tensor] | None = None,
+        travel: Sequence[torch.Tensor] | None = None, vace: VaceRequest | None = None,
     ) -> torch.Tensor:
         """Sample raw VAE latents ``[B, 16, F, H/8, W/8]``.
 
@@ -384,6 +413,9 @@ class WanPipeline:
         (``wan_core.extension``; text-to-video models), re-noised to every step's sigma.
         ``travel``: prompt travel, one embedding ``[L_i, D]`` per segment (``encode_config``), each context window
         guided by its segment's (``wan_core.sampling.prompt_travel``); ``cond``: the first segment's.
+        ``vace``: a VACE model's inputs (``wan_core.vace.VaceRequest``); the latent has ``vace.ref_frames``
+        reference frames in front of the video's, every context window holds them first, and the returned latents
+        are the video's alone (reference frames trimmed; docs/vace.md section 3).
         """
         self._check_embeddings(cond, uncond, travel)
         schedule = build_schedule(cfg.schedule_config())
@@ -392,19 +424,23 @@ class WanPipeline:
         sessions = {name: start_session(cache, expert, schedule.num_steps, _guidance_of(self.dit, name, cfg.guidance))
                     for name, expert in experts(self.dit)}
         channels, tf, sf = latent_geometry(self.dit, self.vae)
-        shape = (len(cond), channels, (cfg.frames - 1) // tf + 1, cfg.height // sf, cfg.width // sf)
+        head = vace.ref_frames if vace is not None else 0
+        shape = (len(cond), channels, head + (cfg.frames - 1) // tf + 1, cfg.height // sf, cfg.width // sf)
         check_image_model(self.dit, image, shape, source_name(self.dit, "the diffusion model"))
+        _check_vace(self.dit, vace, shape, known is not None or first_frame is not None)
+        if head and cfg.context is not None:  # windows slide over the video; the references head each one
+            cfg = cfg.replace(context=dataclasses.replace(cfg.context, head=head))
         device = self.dit.device if self.dit is not None else torch.device("cpu")
         x, z0 = _start_latents(cfg, schedule, shape, device, latent, first_frame, self.dit, self.vae)
         windowed = cfg.context is not None and not cfg.context.covers(shape[2])
         guide, attached, expert_guide, reports = self._velocity(cond, uncond, cfg, cache, sessions, schedule, image,
-                                                                device, z0, shape[2], interrupt, travel)
-        head = _known_head(known, cfg, shape, x, self.dit, self.vae)
-        if head is not None:
-            guide = KnownFramesGuidance(guide, *head)
+                                                                device, z0, shape[2], interrupt, travel, vace)
+        given = _known_head(known, cfg, shape, x, self.dit, self.vae)
+        if given is not None:
+            guide = KnownFramesGuidance(guide, *given)
         hooks = list(step_hooks) + [a for _, e in experts(self.dit)
                                     if hasattr(a := getattr(e, "attention", None), "begin_step")]
-        riflex = _riflex_for(self.dit, cfg, cfg.context.length if windowed and cfg.context else shape[2])
+        riflex = _riflex_for(self.dit, cfg, cfg.context.length + head if windowed and cfg.context else shape[2])
         with attached, riflex:
             x = sample(guide, x, schedule, cfg.solver, callback=callback, interrupt=interrupt, step_hooks=hooks)
         if z0 is not None:
@@ -413,7 +449,7 @@ class WanPipeline:
             x = guide.finish(x)
         self.cache_report = self._cache_report(reports, sessions)
         self.moe_steps = list(expert_guide.steps) if is_moe(self.dit) else None  # expert per step ("high"/"low")
-        return latent_format.from_model(x)
+        return latent_format.from_model(x[:, :, head:])
 
     def _check_embeddings(self, cond, uncond, travel) -> None:
         """The models fit each other and every embedding fits the DiT (one line naming the embedding otherwise)."""
@@ -436,26 +472,27 @@ class WanPipeline:
 
     def _velocity(self, cond, uncond, cfg: GenerationConfig, cache: Any, sessions: dict[str, Any], schedule: Any,
                   image: ImageCondition | None, device: torch.device, z0: torch.Tensor | None, frames: int,
-                  interrupt: InterruptFn | None, travel=None) -> tuple[Any, Any, Any, Any]:
+                  interrupt: InterruptFn | None, travel=None,
+                  vace: VaceRequest | None = None) -> tuple[Any, Any, Any, Any]:
         """The run's velocity function, the context its caches run in, the guide that knows the expert of each
         step, and (context windows) a function listing the windows' cache reports, else None."""
         if cfg.context is not None and not cfg.context.covers(frames):  # one guide per window
             guide, attached, reports = self._windowed_guide(cond, uncond, cfg, cache, schedule, image, device, z0,
-                                                            frames, interrupt, travel)
+                                                            frames, interrupt, travel, vace)
             return guide, attached, guide, reports
-        guide, attached = self._guide(cond, uncond, cfg, sessions, schedule, image, device)
+        guide, attached = self._guide(cond, uncond, cfg, sessions, schedule, image, device, vace)
         if z0 is None:
             return guide, attached, guide, None
         return FirstFrameGuidance(guide, z0, tuple(self.dit.config.patch_size)), attached, guide, None
 
     def _guide(self, cond: list[torch.Tensor], uncond: list[torch.Tensor] | None, cfg: GenerationConfig,
                sessions: dict[str, Any], schedule: Any, image: ImageCondition | None,
-               device: torch.device) -> tuple[Any, Any]:
+               device: torch.device, vace: VaceRequest | None = None) -> tuple[Any, Any]:
         """The velocity function of the run (classifier-free guidance per expert, switched by the timestep for a
         ``WanMoE``) and the context that attaches each expert's cache session."""
         batched = cfg.batched_cfg or bool(getattr(self.dit, "wants_batched_cfg", False))  # CFG-parallel models
         guides = {name: ClassifierFreeGuidance(
-            self.velocity_model(image, expert), cond, uncond, _guidance_of(self.dit, name, cfg.guidance),
+            self.velocity_model(image, expert, vace), cond, uncond, _guidance_of(self.dit, name, cfg.guidance),
             batched=batched, cfg_cache=sessions[name].cfg_cache, branch_cache=sessions[name])
             for name, expert in experts(self.dit)}
         if not is_moe(self.dit):
@@ -464,7 +501,7 @@ class WanPipeline:
 
     def _windowed_guide(self, cond, uncond, cfg: GenerationConfig, cache: Any, schedule: Any,
                         image: ImageCondition | None, device: torch.device, z0: torch.Tensor | None, frames: int,
-                        interrupt: InterruptFn | None, travel=None):
+                        interrupt: InterruptFn | None, travel=None, vace: VaceRequest | None = None):
         """Context windows (``cfg.context``): one guide per window, each with its own cache sessions, the image
         conditioning of its frames, the TI2V first frame where the window starts at frame 0, and with ``travel``
         its prompt segment's embedding (``prompt_travel.segment_of_window``). Returns the
@@ -493,9 +530,11 @@ class WanPipeline:
                     session.text_kv = text_kv.setdefault(name, session.text_kv)
             part = None if image is None else dataclasses.replace(
                 image, image_latent=image.image_latent[:, :, list(window)])
-            own = cond if travel is None else [  # prompt travel: the segment of the window's centre
-                travel[prompt_travel.segment_of_window(window, frames, len(travel), bool(context.anchor))]]
-            guide, _ = self._guide(own, uncond, cfg, sessions, schedule, part, device)
+            own = cond if travel is None else [  # prompt travel: the segment of the window's centre (after the head)
+                travel[prompt_travel.segment_of_window([f - context.head for f in window[context.head:]],
+                                                       frames - context.head, len(travel), bool(context.anchor))]]
+            guide, _ = self._guide(own, uncond, cfg, sessions, schedule, part, device,
+                                   vace.window(window) if vace is not None else None)
             if z0 is not None and window[0] == 0:
                 guide = FirstFrameGuidance(guide, z0, tuple(self.dit.config.patch_size))
             windows[window] = MoECacheReport({n: s.report for n, s in sessions.items()}) if is_moe(self.dit) \
@@ -538,16 +577,37 @@ class WanPipeline:
                                self.clip_vision if use_clip else None, tiling=tiling, progress=progress,
                                interrupt=interrupt)
 
+    def vace_request(self, cfg: GenerationConfig, frames: torch.Tensor | None = None,
+                     masks: torch.Tensor | None = None, ref_images=None, scale: float = 1.0,
+                     ref_scale: float | None = None, tiling: str = "auto", progress: ProgressFn | None = None,
+                     interrupt: InterruptFn | None = None) -> VaceRequest:
+        """The VACE inputs of ``cfg``'s video, encoded by the pipeline's VAE (``wan_core.vace.build_request``):
+        ``frames`` ``[B, 3, T, H, W]`` in [-1, 1] and ``masks`` ``[B, 1, T, H, W]`` of ``cfg``'s size, reference
+        images ``[3, H', W']`` per batch item; none of them = the empty context of a VACE model."""
+        if self.vae is None:
+            raise ValueError("VACE needs the VAE to encode its inputs; load one")
+        if frames is not None and tuple(frames.shape[2:]) != (cfg.frames, cfg.height, cfg.width):
+            raise ValueError(f"VACE frames: {list(frames.shape[2:])} (T, H, W) but the run is {cfg.frames} frames of "
+                             f"{cfg.height}x{cfg.width}; resize or cut them to the run's size")
+        size = None if frames is not None else (cfg.frames, cfg.height, cfg.width)
+        return build_request(self.vae, frames, masks, ref_images, scale=scale, ref_scale=ref_scale, size=size,
+                             batch=None if ref_images else len(cfg.prompts), tiling=tiling, progress=progress,
+                             interrupt=interrupt)
+
     # ------------------------------------------------------------------ all together
     def __call__(self, cfg: GenerationConfig, callback: StepCallback | None = None,
                  decode_progress: ProgressFn | None = None,
                  interrupt: InterruptFn | None = None, tiling: str = "auto", image: torch.Tensor | None = None,
-                 last_image: torch.Tensor | None = None) -> "GenerationResult":
+                 last_image: torch.Tensor | None = None, vace: VaceRequest | None = None) -> "GenerationResult":
         """Generate: returns latents and the decoded video ``[B, 3, T, H, W]`` in [-1, 1]. ``image`` /
-        ``last_image``: IMAGE ``[1, H, W, 3]`` in [0, 1] for image-to-video models (docs/i2v.md)."""
+        ``last_image``: IMAGE ``[1, H, W, 3]`` in [0, 1] for image-to-video models (docs/i2v.md). ``vace``: a VACE
+        model's inputs (``vace_request``; a VACE model without them gets the empty context); the latents and the
+        video are the video's frames (reference frames trimmed)."""
         cfg.validate()
         check_models(self.dit, self.vae, self.text_encoder)  # before the text encoder runs
         check_size_for_models(cfg.width, cfg.height, self.dit, self.vae)
+        if vace is None and has_vace(self.dit):
+            vace = self.vace_request(cfg, tiling=tiling, interrupt=interrupt)
         condition = None
         if image is not None:
             condition = self.image_condition(image, cfg, last_image, tiling=tiling, interrupt=interrupt)
@@ -558,7 +618,7 @@ class WanPipeline:
         guidances = [_guidance_of(self.dit, name, cfg.guidance) for name, _ in experts(self.dit)]
         cond, uncond, travel = self.encode_config(cfg, need_negative=any(g != 1.0 for g in guidances))
         latents = self.sample_latents(cond, uncond, cfg, callback=callback, interrupt=interrupt, image=condition,
-                                      travel=travel)
+                                      travel=travel, vace=vace)
         video = self.decode(latents, tiling=tiling, progress=decode_progress, interrupt=interrupt)
         return GenerationResult(latents=latents, video=video, config=cfg)
 

@@ -12,6 +12,9 @@ Sources of the sampling values (docs/wan22.md section 1, docs/wan_spec.md sectio
   (low, high) = (3.0, 4.0)); I2V-A14B: wan/configs/wan_i2v_A14B.py lines 34-37 (shift 5, 40 steps, boundary
   0.900, 3.5 / 3.5); TI2V-5B: wan/configs/wan_ti2v_5B.py lines 32-36 (24 fps, shift 5, 50 steps, guidance 5,
   121 frames) at 1280x704 (wan/configs/__init__.py line 46).
+- Wan 2.1 VACE 1.3B / 14B (``WAN21_VACE``): Wan2.1 generate.py (commit 9737cba) ``_validate_args``: 50 steps, shift
+  16 for "vace" tasks, ``--sample_guide_scale`` 5.0, 81 frames; wan/configs/__init__.py: the T2V configs (16 fps),
+  sizes 832x480 / 480x832 (1.3B) and also 1280x720 (14B); wan/vace.py ``generate``: ``context_scale`` 1.0.
 - The demo model: what it was tuned for (docs/demo_model.md; ``wan_core.demo.DEMO_DEFAULTS`` is this row).
 - tiny-random: random weights, sized to run in seconds.
 
@@ -146,6 +149,8 @@ T2V_A14B = VARIANTS["wan2.2-t2v-a14b"].sampling
 I2V_A14B = VARIANTS["wan2.2-i2v-a14b"].sampling
 TI2V_5B = VARIANTS["wan2.2-ti2v-5b"].sampling
 WAN21 = _WAN21
+WAN21_VACE = _WAN21.replace(shift=16.0)  # Wan 2.1 VACE 1.3B / 14B (the sources above); VACE scale 1.0
+VACE_SCALE = 1.0  # Wan2.1 wan/vace.py generate(context_scale=1.0)
 
 
 def variant(name: str) -> Variant:

@@ -65,6 +65,8 @@ REPACKAGED_FILES = {
     "wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors": "diffusion_models",
     "wan2.2_ti2v_5B_fp16.safetensors": "diffusion_models",
     "wan2.2_vae.safetensors": "vae",
+    # VACE (docs/vace.md section 3)
+    "wan2.1_vace_1.3B_fp16.safetensors": "diffusion_models",
 }
 HF_REPACKAGED_22 = "https://huggingface.co/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files"
 DIT_A14B_HIGH = "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors"
@@ -78,6 +80,9 @@ DIT_I2V = "wan2.1_i2v_480p_14B_fp8_e4m3fn.safetensors"
 DIT_FLF2V = "wan2.1_flf2v_720p_14B_fp8_e4m3fn.safetensors"
 CLIP_VISION = "clip_vision_h.safetensors"
 VAE = "wan_2.1_vae.safetensors"
+DIT_VACE = "wan2.1_vace_1.3B_fp16.safetensors"
+VIDEO_INPUT = "example.mp4"  # the control video in ComfyUI's input folder (LoadVideo)
+MASK_INPUT = "mask.png"  # inpaint: LoadImage's MASK is 1 - alpha (transparent = generate)
 UMT5 = "umt5_xxl_fp8_e4m3fn_scaled.safetensors"
 DEMO = "wancore-demo (built-in)"  # nodes.models.DEMO_NAME: the packaged demo model, listed by every loader
 # Which input of which loader names a model file (the UI offers the download hint on these nodes).
@@ -122,8 +127,32 @@ def core_nodes() -> dict[str, CoreNode]:
     return {n.node_id: n for n in (
         CoreNode("VAELoader", "Load VAE", (Input("vae_name", "COMBO", options=(VAE,)),), (Output("VAE", "VAE"),)),
         # i2v_wan21 / flf2v_wan21: ComfyUI's image loader (nodes.py LoadImage; the upload button is UI-only)
-        CoreNode("LoadImage", "Load Image", (Input("image", "COMBO", options=("example.png",)),),
+        CoreNode("LoadImage", "Load Image", (Input("image", "COMBO", options=("example.png", MASK_INPUT)),),
                  (Output("IMAGE", "IMAGE"), Output("MASK", "MASK"))),
+        # vace_control / vace_inpaint: ComfyUI's video loader and its frames (comfy_extras/nodes_video.py, 0.3.64)
+        CoreNode("LoadVideo", "Load Video", (Input("file", "COMBO", options=(VIDEO_INPUT,)),),
+                 (Output("VIDEO", "VIDEO"),)),
+        CoreNode("GetVideoComponents", "Get Video Components", (Input("video", "VIDEO"),),
+                 (Output("IMAGE", "images"), Output("AUDIO", "audio"), Output("FLOAT", "fps"))),
+        # native_vace: ComfyUI's VACE conditioning and reference-frame trim (comfy_extras/nodes_wan.py, 0.3.64)
+        CoreNode("WanVaceToVideo", "WanVaceToVideo", (
+            Input("positive", "CONDITIONING"),
+            Input("negative", "CONDITIONING"),
+            Input("vae", "VAE"),
+            Input("width", "INT", default=832, min=16, max=res, step=16),
+            Input("height", "INT", default=480, min=16, max=res, step=16),
+            Input("length", "INT", default=81, min=1, max=res, step=4),
+            Input("batch_size", "INT", default=1, min=1, max=4096),
+            Input("strength", "FLOAT", default=1.0, min=0.0, max=1000.0, step=0.01),
+            Input("control_video", "IMAGE", optional=True),
+            Input("control_masks", "MASK", optional=True),
+            Input("reference_image", "IMAGE", optional=True),
+        ), (Output("CONDITIONING", "positive"), Output("CONDITIONING", "negative"), Output("LATENT", "latent"),
+            Output("INT", "trim_latent"))),
+        CoreNode("TrimVideoLatent", "TrimVideoLatent", (
+            Input("samples", "LATENT"),
+            Input("trim_amount", "INT", default=0, min=0, max=99999),
+        ), (Output("LATENT", "LATENT"),)),
         CoreNode("VAEDecode", "VAE Decode", (Input("samples", "LATENT"), Input("vae", "VAE")),
                  (Output("IMAGE", "IMAGE"),)),
         CoreNode("EmptyHunyuanLatentVideo", "Empty HunyuanVideo 1.0 Latent", (
@@ -147,7 +176,7 @@ def core_nodes() -> dict[str, CoreNode]:
         ), (), api_extra=(("format.codec", "codec"),)),
         # native_t2v_fast: ComfyUI's native Wan model path (nodes.py, comfy_extras/nodes_model_advanced.py)
         CoreNode("UNETLoader", "Load Diffusion Model", (
-            Input("unet_name", "COMBO", options=(DIT_1_3B,)),
+            Input("unet_name", "COMBO", options=(DIT_1_3B, DIT_VACE)),
             Input("weight_dtype", "COMBO", default="default",
                   options=("default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2")),
         ), (Output("MODEL", "MODEL"),)),
@@ -306,7 +335,103 @@ def workflows() -> list[Workflow]:
     return [basic, long_tiled, native, distill_workflow(), multi_gpu_workflow(),
             fast_workflow(), cached_workflow(), demo_workflow(), long_windows_workflow(), extend_workflow(),
             native_fast_workflow(), native_long_windows_workflow(), native_multi_gpu_workflow(),
-            *image_workflows(), *wan22_workflows()]
+            *image_workflows(), *wan22_workflows(), *vace_workflows(), native_vace_workflow()]
+
+
+_VACE_FILES_NOTE = """
+**Model files** (ComfyUI's repackaged Wan 2.1 files; the loaders offer the download):
+
+```
+ComfyUI/models/
+├── diffusion_models/wan2.1_vace_1.3B_fp16.safetensors
+├── text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors
+└── vae/wan_2.1_vae.safetensors
+```
+Source: huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged (split_files/...). Put the inputs in ComfyUI's input
+folder or upload them in the Load nodes. Official VACE settings (Wan2.1 generate.py): 50 UniPC steps, guidance 5,
+shift 16, strength 1. See docs/vace.md.
+"""
+
+
+def _vace_nodes(vace_links: dict, prefix: str, extra: list[Node], values: dict | None = None) -> list[Node]:
+    """Loaders, prompt, WanCore VACE (node 5), the sampler on its embeds and latent, decode, output."""
+    sampler = _sampler({"steps": 50, "guidance": 5.0, "shift": 16.0})
+    sampler.links.update({"embeds": (vace_links.pop("sampler_embeds", (5, 0))), "latent": (5, 1)})
+    return [
+        *_loaders({"model_name": DIT_VACE}),
+        _encode(PROMPT),
+        Node(5, "WanCoreVace", {"width": 832, "height": 480, "length": 81, "batch_size": 1, "strength": 1.0,
+                                **(values or {})}, {"embeds": (4, 0), "vae": (3, 0), **vace_links}),
+        sampler,
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, prefix),
+        *extra,
+    ]
+
+
+def vace_workflows() -> list[Workflow]:
+    """Wan 2.1 VACE 1.3B through WanCore VACE -> WanCore Sampler (docs/vace.md section 3): reference to video, a
+    control video with a reference of its own strength (two chained VACE nodes), inpainting with a mask."""
+    video = [Node(10, "LoadVideo", {"file": VIDEO_INPUT}, title="Control video"),
+             Node(11, "GetVideoComponents", {}, {"video": (10, 0)})]
+    reference = _vace_nodes({"reference_image": (10, 0)}, "video/WanCore_vace_reference",
+                            [Node(10, "LoadImage", {"image": "example.png"}, title="Reference image")])
+    control = _vace_nodes({"control_video": (11, 0), "sampler_embeds": (13, 0)}, "video/WanCore_vace_control", [
+        *video, Node(12, "LoadImage", {"image": "example.png"}, title="Reference image"),
+        Node(13, "WanCoreVace", {"width": 832, "height": 480, "length": 81, "batch_size": 1, "strength": 1.0},
+             {"embeds": (5, 0), "vae": (3, 0), "reference_image": (12, 0)}, title="WanCore VACE (reference)")])
+    for n in control:
+        if n.type == "WanCoreSampler":
+            n.links["latent"] = (13, 1)
+    inpaint = _vace_nodes({"control_video": (11, 0), "control_masks": (12, 1)}, "video/WanCore_vace_inpaint",
+                          [*video, Node(12, "LoadImage", {"image": MASK_INPUT}, title="Mask (transparent = redraw)")])
+    return [
+        Workflow("vace_reference", "## WanCore: reference to video (Wan 2.1 VACE 1.3B)\n"
+                 "The reference image (a subject or an object; each image of a batch is one reference) is placed "
+                 "in front of the video as one latent frame; the model shows it in the video the prompt "
+                 "describes. The sampler drops the reference frame before decoding.\n" + _VACE_FILES_NOTE,
+                 reference),
+        Workflow("vace_control", "## WanCore: control video + reference (Wan 2.1 VACE 1.3B)\n"
+                 "The control video (depth, pose, edges, grey-scale or scribbles: any frames to follow) goes to "
+                 "the first WanCore VACE node, the reference image to a second one chained after it: each has its "
+                 "own strength and their effects add. The control video is fitted to 832x480, 81 frames (centre "
+                 "crop, bilinear, cut or padded) and the node says so.\n" + _VACE_FILES_NOTE, control),
+        Workflow("vace_inpaint", "## WanCore: video inpainting (Wan 2.1 VACE 1.3B)\n"
+                 "The mask image's transparent area (MASK = 1) is redrawn in every frame of the video, the rest is "
+                 "kept (a one-frame mask applies to every frame; a mask video works too). Outpainting: a video "
+                 "padded with a border and a mask of 1 there.\n" + _VACE_FILES_NOTE, inpaint),
+    ]
+
+
+def native_vace_workflow() -> Workflow:
+    """ComfyUI's native VACE graph (WanVaceToVideo, KSampler, TrimVideoLatent) with WanCore's native patches."""
+    return Workflow("native_vace", "## WanCore patches on ComfyUI's native VACE model\n"
+                    "ComfyUI's *Load Diffusion Model* loads Wan 2.1 VACE 1.3B, *WanVaceToVideo* encodes the "
+                    "reference image, *KSampler* samples and *TrimVideoLatent* drops the reference frame. "
+                    "*TrimVideoLatent*'s amount is the number of reference images (WanVaceToVideo's trim_latent "
+                    "output). **WanCore Native Attention** and **WanCore Native Cache** patch the native model "
+                    "(its 30 main blocks; the VACE blocks run after the main block they feed). Official VACE settings: "
+                    "shift 16, cfg 5, 50 steps. "
+                    "See docs/vace.md.\n" + _VACE_FILES_NOTE, [
+        Node(1, "UNETLoader", {"unet_name": DIT_VACE, "weight_dtype": "default"}),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
+        Node(3, "VAELoader", {"vae_name": VAE}),
+        _encode(PROMPT),
+        Node(5, "WanVaceToVideo", {"width": 832, "height": 480, "length": 81, "batch_size": 1, "strength": 1.0},
+             {"positive": (14, 0), "negative": (14, 1), "vae": (3, 0), "reference_image": (10, 0)}),
+        Node(6, "KSampler", {"seed": 42, "steps": 50, "cfg": 5.0, "sampler_name": "uni_pc", "scheduler": "simple",
+                             "denoise": 1.0},
+             {"model": (13, 0), "positive": (5, 0), "negative": (5, 1), "latent_image": (5, 2)}),
+        Node(7, "VAEDecode", {}, {"samples": (15, 0), "vae": (3, 0)}),
+        *_output(7, "video/WanCore_native_vace"),
+        Node(10, "LoadImage", {"image": "example.png"}, title="Reference image"),
+        Node(11, "WanCoreNativeAttention", {"backend": "auto", "skiparse": "none", "k": 4}, {"model": (1, 0)}),
+        Node(12, "WanCoreNativeCache", {"method": "easycache"}, {"model": (11, 0)}),
+        Node(13, "ModelSamplingSD3", {"shift": 16.0}, {"model": (12, 0)}),
+        Node(14, "WanCoreEmbedsToConditioning", {"text_len": 512}, {"embeds": (4, 0)}),
+        # WanVaceToVideo's trim_latent: 1 reference image = 1 latent frame (a widget here; link it if you like)
+        Node(15, "TrimVideoLatent", {"trim_amount": 1}, {"samples": (6, 0)}, title="TrimVideoLatent (1 reference)"),
+    ])
 
 
 _I2V_FILES_NOTE = """

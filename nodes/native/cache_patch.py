@@ -200,6 +200,10 @@ class NativeCacheState:
             decide = [True] * len(segs)
         self._segments, self._decide, self._h_in = segs, decide, None
         self.attention_scope = self.session._attention_scope(segs) if all(decide) else None
+        if not any(decide) and kwargs.get("vace_strength") is not None:
+            # ComfyUI's VACE model adds each VACE block's hint after its main block, outside the block patches:
+            # the reused residual holds the hints already, so they must not be added again
+            kwargs = {**kwargs, "vace_strength": [0.0] * len(kwargs["vace_strength"])}
         try:
             out = executor(*args, **kwargs)
         finally:

@@ -35,11 +35,14 @@ NAMES += ("extend_video",)  # WanCoreExtendVideo + Join Latents on the demo mode
 # Graphs on ComfyUI's native MODEL (UNETLoader, KSampler): run end to end by tests/nodes/test_native_comfy.py
 NAMES += ("native_long_windows",)  # ComfyUI's WanContextWindowsManual + the native patches
 NAMES += ("native_t2v_multi_gpu",)  # WanCoreNativeContextParallel (docs/parallel.md section 12)
-NATIVE_MODEL = ("native_t2v_fast", "native_long_windows", "native_t2v_multi_gpu")
+NAMES += ("vace_reference", "vace_control", "vace_inpaint")  # WanCore VACE on a VACE DiT (docs/vace.md section 3)
+NAMES += ("native_vace",)  # ComfyUI's WanVaceToVideo + TrimVideoLatent + the native patches
+NATIVE_MODEL = ("native_t2v_fast", "native_long_windows", "native_t2v_multi_gpu", "native_vace")
 # Core ComfyUI node ids the workflows may use (read from ComfyUI 0.33's nodes.py / comfy_extras).
 CORE_NODE_IDS = {"VAELoader", "VAEDecode", "EmptyHunyuanLatentVideo", "CreateVideo", "SaveVideo", "UNETLoader",
                  "LoraLoaderModelOnly", "ModelSamplingSD3", "KSampler", "LoadImage",
-                 "WanContextWindowsManual"}  # the last one: ComfyUI >= 0.3.6x (comfy_extras/nodes_context_windows.py)
+                 "WanContextWindowsManual",
+                 "LoadVideo", "GetVideoComponents", "WanVaceToVideo", "TrimVideoLatent"}  # VACE: ComfyUI 0.3.64  # the last one: ComfyUI >= 0.3.6x (comfy_extras/nodes_context_windows.py)
 UI_ONLY = {"MarkdownNote", "Note"}
 OUTPUT_NODES = {"SaveVideo"}
 FOLDER_OF_INPUT = {"model_name": "diffusion_models", "vae_name": "vae", "text_encoder_name": "text_encoders",
@@ -322,6 +325,27 @@ def _write_tiny_models(root: Path, names: dict[str, set[str]]) -> None:
             save_file(sd, str(root / folder / file_name))
     _write_tiny_image_models(root, names)
     _write_tiny_wan22_models(root, names)
+    _write_tiny_vace_models(root, names)
+
+
+def _write_tiny_vace_models(root: Path, names: dict[str, set[str]]) -> None:
+    """vace_*: a tiny VACE DiT (a VACE block on every 2nd of 4 blocks, random before/after_proj) over the
+    stand-ins of the VACE file names."""
+    from safetensors.torch import save_file
+
+    from wan_core.config import DIT_PRESETS, TEXT_ENCODER_PRESETS
+    from wan_core.demo import randomize_
+    from wan_core.dit.model import WanDiT
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(4)
+        dit = WanDiT(DIT_PRESETS["tiny"].replace(text_dim=TEXT_ENCODER_PRESETS["tiny"].d_model, num_layers=4,
+                                                 vace_layers=(0, 2), vace_in_dim=96))
+        randomize_(dit)
+    for file_name in names.get("diffusion_models", ()):
+        if "vace" in file_name:
+            save_file({k: v.to(torch.float16).contiguous() for k, v in dit.state_dict().items()},
+                      str(root / "diffusion_models" / file_name))
 
 
 def _write_tiny_wan22_models(root: Path, names: dict[str, set[str]]) -> None:
@@ -414,6 +438,7 @@ TINY = {
     "WanCoreImageToVideo": {"width": 64, "height": 48, "frames": 5},
     "WanCoreImageToVideoLatent22": {"width": 64, "height": 32, "frames": 5},  # multiples of 32 (Wan 2.2 VAE)
     "WanCoreExtendVideo": {"frames": 9},  # extend_video: 2 latent frames continued by 3 (anchor + 1 + 1 new)
+    "WanCoreVace": {"width": 64, "height": 48, "length": 5},
 }
 TINY_LONG = {"width": 96, "height": 48, "frames": 9}  # t2v_long_tiled: wide enough for two tiles
 TINY_TILE = {"tile_size": 64, "overlap": 16}  # the smallest declared tile: 2 x 1 tiles on a 96x48 frame
@@ -453,9 +478,16 @@ def _stand_ins(pack, records: dict):
     def load_image(image):  # ComfyUI's LoadImage: IMAGE [1, H, W, 3] in [0, 1] and its MASK
         records.setdefault("images", []).append(image)
         picture = torch.rand(1, 40, 56, 3, generator=torch.Generator().manual_seed(len(records["images"])))
-        return (picture, torch.zeros(1, 40, 56))
+        return (picture, (torch.rand(1, 40, 56, generator=torch.Generator().manual_seed(9)) > 0.5).float())
 
-    return {"LoadImage": load_image, "CreateVideo": create_video, "SaveVideo": save_video, "VAELoader": vae_loader,
+    def load_video(file):  # the tiny example input: 7 frames of 56x40 (fitted by WanCore VACE to 5 of 64x48)
+        records["video_file"] = file
+        return (torch.rand(7, 40, 56, 3, generator=torch.Generator().manual_seed(7)),)
+
+    def get_video_components(video):
+        return (video, None, 16.0)
+
+    return {"LoadImage": load_image, "LoadVideo": load_video, "GetVideoComponents": get_video_components, "CreateVideo": create_video, "SaveVideo": save_video, "VAELoader": vae_loader,
             "VAEDecode": vae_decode, "EmptyHunyuanLatentVideo": empty_hunyuan}
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..estimate import MAX_STEPS, SIZE_LIMITS
-from . import extend, loras, parallel, wan22
+from . import extend, loras, parallel, vace, wan22
 
 if TYPE_CHECKING:
     from .request import GenerateRequest
@@ -27,7 +27,7 @@ def problems(request: "GenerateRequest") -> list[str]:
             + loras.problems(request) + parallel.problems(request) + swap_problems(request)
             + image_problems(request) + source_problems(request) + wan22.problems(request)
             + context_problems(request) + travel_problems(request) + riflex_problems(request)
-            + extend.problems(request))
+            + extend.problems(request) + vace.problems(request))
 
 
 def value_problems(request: "GenerateRequest") -> list[str]:

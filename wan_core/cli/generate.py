@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from . import conditioning, extend, loras, models, parallel, placement, wan22
+from . import conditioning, extend, loras, models, parallel, placement, vace, wan22
 from .metadata import output_metadata
 from .progress import tqdm_progress
 from .request import generation_config
@@ -73,6 +73,7 @@ def _render(request: "GenerateRequest", cfg, files: dict | None, device, rank: i
     condition = None  # before the text encoder: a bad image or model pairing fails first
     if request.image:
         condition = conditioning.encode_image_condition(request, cfg, dit, vae, files, device)
+    vace_inputs = vace.encode(request, cfg, dit, vae, device)  # VACE: before the text encoder, like the image
     with torch.inference_mode():
         with meter.stage("text encoding", model_bytes(te, device)):
             cond, uncond, travel = pipe.encode_config(cfg, need_negative=request.uses_negative)
@@ -86,7 +87,7 @@ def _render(request: "GenerateRequest", cfg, files: dict | None, device, rank: i
             with tqdm(total=cfg.steps, desc="sampling", unit="step", disable=rank > 0) as bar:
                 latents = pipe.sample_latents(cond, uncond, cfg, callback=lambda i, n, x, x0: bar.update(1),
                                               cache=request.cache, image=condition, first_frame=first_frame,
-                                              travel=travel)
+                                              travel=travel, vace=vace_inputs)
         print(pipe.cache_report.line(), file=sys.stderr)  # "cache <preset>: <computed>/<total> DiT evaluations"
         if policy.dit == "release":
             release(dit)

@@ -7,7 +7,7 @@ import argparse
 import os
 
 from ..variants import PRESETS, PRESET_VARIANTS, VARIANTS, WAN21
-from . import parallel, train_demo, vae, wan22
+from . import parallel, train_demo, vace, vae, wan22
 from .checks import INT_RANGES
 from .video_io import OUTPUT_KINDS
 
@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"sampling (official Wan 2.1 defaults; demo: {_DEMO.width}x{_DEMO.height}, {_DEMO.frames} frames, "
         f"{_DEMO.steps} steps; tiny-random: {_TINY.width}x{_TINY.height}, {_TINY.frames} frames, {_TINY.steps} steps)"))
     _long_video_flags(g.add_argument_group("long video (see docs/long_video.md)"))
+    vace.add_arguments(g.add_argument_group("VACE: reference, control and masked video (see docs/vace.md)"))
     parallel.add_arguments(g)
     _memory_flags(g.add_argument_group("memory (see docs/memory.md)"))
     o = g.add_argument_group("output")

@@ -101,6 +101,11 @@ class GenerateRequest:
     vae_file: str | None = None
     window_parallel: int = 1  # --window-parallel: context windows of a step spread over this many model replicas
     overwrite: bool = False  # --out may replace a file WanCore did not write
+    vace_video: str | None = None  # --vace-video / --vace-mask / --ref-image: VACE inputs (wan_core.cli.vace)
+    vace_mask: str | None = None
+    ref_image: tuple[str, ...] = ()
+    vace_scale: float | None = None
+    ref_scale: float | None = None
 
     @property
     def experts(self) -> bool:
@@ -165,7 +170,8 @@ def resolve(args: argparse.Namespace) -> GenerateRequest:
     """The flags with every default filled in, unchecked (``build_request`` checks them)."""
     flags = {f.name: value for f in dataclasses.fields(GenerateRequest)
              if (value := vars(args).get(f.name, f.default)) is not dataclasses.MISSING}
-    flags.update(lora=tuple(flags["lora"]), lora_high=tuple(flags["lora_high"]), lora_low=tuple(flags["lora_low"]))
+    flags.update(lora=tuple(flags["lora"]), lora_high=tuple(flags["lora_high"]), lora_low=tuple(flags["lora_low"]),
+                 ref_image=tuple(flags["ref_image"]))
     experts = bool(flags["dit_high"] or flags["dit_low"])
     if flags["preset"] is None and not (flags["dit"] or flags["vae"] or flags["text_encoder"] or flags["models_dir"]):
         flags["preset"] = "demo"
@@ -180,7 +186,10 @@ def resolve(args: argparse.Namespace) -> GenerateRequest:
     if flags["extend"]:
         _video_defaults(flags)
     row = variants.for_files(experts=experts, image=bool(flags["image"]), latent_channels=channels)
-    for key, value in sampling_defaults(flags["preset"], row).items():
+    defaults = sampling_defaults(flags["preset"], row)
+    if (flags["vace_video"] or flags["vace_mask"] or flags["ref_image"]) and not experts and not flags["preset"]:
+        defaults["shift"] = variants.WAN21_VACE.shift  # official VACE (Wan2.1 generate.py: shift 16 for vace)
+    for key, value in defaults.items():
         if flags[key] is None:
             flags[key] = value
     if experts:  # the official A14B values of the row (I2V-A14B with --image, else T2V-A14B)

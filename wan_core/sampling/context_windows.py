@@ -21,7 +21,7 @@ noise of the frames that left it, shuffled, so every window starts from the same
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 import torch
@@ -62,8 +62,13 @@ class ContextWindows:
     freenoise: bool = False
     anchor: bool | None = None
     seed_offset: int = field(default=0, repr=False)  # FreeNoise's shuffles: seed + this
+    # latent frames at the front of every window (VACE reference frames): the windows slide over the frames after
+    # them and each window holds them first, as the model saw them in training (docs/vace.md section 3)
+    head: int = 0
 
     def __post_init__(self):
+        if isinstance(self.head, bool) or not isinstance(self.head, int) or self.head < 0:
+            raise ValueError(f"context head={self.head!r} latent frames: must be an integer >= 0")
         if self.anchor is None:
             object.__setattr__(self, "anchor", self.schedule != "looped")
         if self.schedule not in SCHEDULES:
@@ -105,7 +110,11 @@ class ContextWindows:
 
     def covers(self, latent_frames: int) -> bool:
         """True when one window holds the whole video (the plain sampler runs)."""
-        return latent_frames <= self.length
+        return latent_frames - self.head <= self.length
+
+    def _body(self) -> "ContextWindows":
+        """These windows without the head frames (``head`` 0)."""
+        return replace(self, head=0)
 
     # ------------------------------------------------------------------ windows
     def windows(self, latent_frames: int, step: int = 0) -> list[tuple[int, ...]]:
@@ -113,6 +122,10 @@ class ContextWindows:
         order the model sees them (position 0 first). Every frame lies in at least one window."""
         if self.covers(latent_frames):
             return [tuple(range(latent_frames))]
+        if self.head:
+            front = tuple(range(self.head))
+            return [front + tuple(i + self.head for i in w)
+                    for w in self._body().windows(latent_frames - self.head, step)]
         offset = 1 if self.anchor else 0
         n = latent_frames - offset
         if self.schedule == "static":
@@ -123,7 +136,11 @@ class ContextWindows:
         return [head + tuple(i + offset for i in w) for w in body]
 
     def weights(self, window: tuple[int, ...], latent_frames: int) -> torch.Tensor:
-        """Fuse weights ``[len(window)]`` float32 of one window (before the per-frame normalisation)."""
+        """Fuse weights ``[len(window)]`` float32 of one window (before the per-frame normalisation); head frames
+        weigh 1 in every window (their velocity is the windows' mean)."""
+        if self.head:
+            body = tuple(i - self.head for i in window[self.head:])
+            return torch.cat([torch.ones(self.head), self._body().weights(body, latent_frames - self.head)]).float()
         offset = 1 if self.anchor and len(window) > 1 and window[0] == 0 else 0
         body = window[offset:]
         if self.fuse == "flat":
@@ -149,6 +166,9 @@ class ContextWindows:
         frames = noise.shape[2]
         if not self.freenoise or self.covers(frames):
             return noise
+        if self.head:
+            body = self._body().reschedule_noise(noise[:, :, self.head:], seed)
+            return torch.cat([noise[:, :, :self.head], body], dim=2)
         offset = 1 if self.anchor else 0
         m, hop = self.body_length, self.body_length - self.overlap
         out = noise.clone()
