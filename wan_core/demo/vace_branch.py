@@ -54,15 +54,17 @@ def init_vace_branch_(model: WanDiT, patch_seed: int = 0) -> None:
         for j, layer in enumerate(model.config.vace_layers):
             block = model.vace_blocks[j]
             block.load_state_dict(model.blocks[layer].state_dict(), strict=False)
-            for proj in (block.before_proj, block.after_proj):
-                if proj is not None:
+            for name in ("before_proj", "after_proj"):
+                proj = getattr(block, name)
+                if isinstance(proj, torch.nn.Linear):
                     proj.weight.zero_()
                     proj.bias.zero_()
         gen = torch.Generator().manual_seed(patch_seed)
-        w = model.vace_patch_embedding.weight
-        bound = w[0].numel() ** -0.5
-        w.copy_(torch.empty(w.shape).uniform_(-bound, bound, generator=gen))
-        model.vace_patch_embedding.bias.zero_()
+        patch = model.vace_patch_embedding
+        bound = patch.weight[0].numel() ** -0.5
+        patch.weight.copy_(torch.empty(patch.weight.shape).uniform_(-bound, bound, generator=gen))
+        if patch.bias is not None:
+            patch.bias.zero_()
 
 
 def vace_state(model: WanDiT, dtype: torch.dtype = VACE_FILE_DTYPE) -> dict[str, torch.Tensor]:

@@ -6,7 +6,8 @@
   control's caption), and its centroid's mean distance to the track. Baseline: the same prompt, seed and
   context at VACE scale 0 (the plain demo DiT).
 * reference: the prompt names colour A, the reference image is a patch of colour B; counted: an object of
-  colour B is found, and it moves the prompt's way. Baseline: scale 0.
+  colour B is found, and it moves the prompt's way; at scale 1 and 2 (the shipped branch takes its reference at
+  scale 2, docs/demo_model.md). Baseline: scale 0.
 
 Held-out generation seeds (above ``data.TRAIN_SEED_LIMIT``), the demo's sampling defaults.
 """
@@ -120,7 +121,7 @@ def run_control(dit, vae, te, n: int = 24, scales=(1.0, 0.0), **overrides) -> di
     return result
 
 
-def run_reference(dit, vae, te, n: int = 24, scales=(1.0, 0.0), **overrides) -> dict:
+def run_reference(dit, vae, te, n: int = 24, scales=(1.0, 2.0, 0.0), **overrides) -> dict:
     """Per VACE scale: the share of ``reference_cases(n)`` where an object of the reference colour B is found, where
     it also moves the prompt's way, and where the prompt's colour A is found."""
     from ..vace import vace_context
