@@ -8,7 +8,7 @@ from wan_core.demo.model import DEMO_DIT, DEMO_TEXT_ENCODER, DEMO_VAE
 
 def test_shipped_files_are_small_and_load_through_the_public_loaders():
     paths = builtin_paths()
-    assert set(paths) == {"dit", "vae", "text_encoder"}
+    assert set(paths) == {"dit", "vae", "text_encoder", "vace"}
     assert sum(p.stat().st_size for p in paths.values()) <= 25 * 2 ** 20
     dit = load_dit(paths["dit"])
     assert dit.config.replace(name="x") == DEMO_DIT.replace(name="x")  # incl. text_len 32 from the header

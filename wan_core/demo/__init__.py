@@ -18,12 +18,15 @@ import torch
 from .model import DEMO_DEFAULTS as DEMO_DEFAULTS, DemoDefaults as DemoDefaults  # re-exported
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
-_FILES = {"dit": "dit.safetensors", "vae": "vae.safetensors", "text_encoder": "text_encoder.safetensors"}
+_FILES = {"dit": "dit.safetensors", "vae": "vae.safetensors", "text_encoder": "text_encoder.safetensors",
+          "vace": "vace.safetensors"}
+VACE_DEMO_NAME = "wancore-demo-vace"
 
 
 def builtin_paths() -> dict[str, Path]:
-    """``{"dit", "vae", "text_encoder"}`` -> the packaged demo files (the tokenizer is embedded in the text
-    encoder file as ``spiece_model``). Raises ``FileNotFoundError`` naming the missing file."""
+    """``{"dit", "vae", "text_encoder", "vace"}`` -> the packaged demo files (the tokenizer is embedded in the text
+    encoder file as ``spiece_model``; ``vace`` holds the VACE branch's tensors only, see ``load_demo_models`` and
+    ``demo_vace_dit_file``). Raises ``FileNotFoundError`` naming the missing file."""
     paths = {k: WEIGHTS_DIR / v for k, v in _FILES.items()}
     missing = [str(p) for p in paths.values() if not p.is_file()]
     if missing:
@@ -38,18 +41,50 @@ def demo_dit_options(options: dict) -> dict:
     return options if {"dtype", "weights"} & set(options) else {**options, "dtype": torch.float32}
 
 
-def load_demo_models(device: torch.device | str = "cpu", **dit_options):
+def load_demo_models(device: torch.device | str = "cpu", vace: bool = False, **dit_options):
     """(dit, vae, text_encoder) of the built-in demo model through the public loaders (float32).
+    ``vace``: the DiT with its VACE branch (docs/demo_model.md, "The VACE branch"; forward with ``vace_context``).
     ``dit_options``: ``load_dit`` keywords (attention, skiparse, weights, gemm, ...)."""
     from ..dit.loader import load_dit
     from ..text.encoder import load_text_encoder
     from ..vae.loader import load_vae
+    from .vace_branch import load_vace_branch
 
     paths = builtin_paths()
-    dit = load_dit(paths["dit"], device=device, **demo_dit_options(dit_options))
+    if vace:
+        dit = load_vace_branch(paths["dit"], paths["vace"], device=device, **demo_dit_options(dit_options))
+    else:
+        dit = load_dit(paths["dit"], device=device, **demo_dit_options(dit_options))
     vae = load_vae(paths["vae"], dtype=torch.float32, device=device)
     te = load_text_encoder(paths["text_encoder"], dtype=torch.float32, device=device)
     return dit, vae, te
+
+
+def demo_vace_dit_file(folder: str | Path | None = None) -> Path:
+    """One DiT file of the demo VACE model (the demo DiT's tensors and the VACE branch's, fp16, the demo header),
+    for the places that take a file (a loader list, ``--dit``): written once into ``folder`` (default
+    ``$XDG_CACHE_HOME/wancore`` or ``~/.cache/wancore``) and again when a packaged file is newer. ``load_dit``
+    reads it as any VACE checkpoint (3 VACE blocks on 6: every 2nd block hinted)."""
+    import os
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    paths = builtin_paths()
+    base = Path(folder) if folder is not None else Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "wancore"
+    out = base / f"{VACE_DEMO_NAME}.safetensors"
+    newest = max(paths["dit"].stat().st_mtime, paths["vace"].stat().st_mtime)
+    if out.is_file() and out.stat().st_mtime >= newest:
+        return out
+    with safe_open(str(paths["dit"]), "pt") as f:
+        metadata = f.metadata()
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    save_file({**load_file(str(paths["dit"])), **load_file(str(paths["vace"]))}, str(tmp), metadata=metadata)
+    os.replace(tmp, out)
+    return out
+
 
 _WORDS = ("a the of in on with and through over under cat dog fox person woman man child camera pans zooms "
           "slowly quickly bright dark red blue green golden sky river ocean mountain forest city street night "
