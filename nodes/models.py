@@ -15,12 +15,15 @@ CATEGORY = "WanCore/loaders"
 # The built-in demo model (wan_core/demo/weights) appears first in each loader's list under this name, so a user
 # can run the pack before downloading anything (workflows/t2v_demo).
 DEMO_NAME = "wancore-demo (built-in)"
+# The demo DiT with its trained VACE branch (docs/demo_model.md, "The VACE branch"): one file written once into the
+# user's cache from the two packaged ones, so the DiT loader can list it like any VACE checkpoint.
+DEMO_VACE_NAME = "wancore-demo-vace (built-in)"
 _DEMO_FOLDERS = {"dit": "diffusion_models", "vae": "vae", "text_encoder": "text_encoders"}
 
 
 def register_demo_model() -> bool:
     """Offer the packaged demo files in the loaders (``host.register_builtin``); False when not installed."""
-    from wan_core.demo import builtin_paths
+    from wan_core.demo import builtin_paths, demo_vace_dit_file
 
     try:
         paths = builtin_paths()
@@ -28,6 +31,10 @@ def register_demo_model() -> bool:
         return False
     for part, folder in _DEMO_FOLDERS.items():
         host.register_builtin(folder, DEMO_NAME, paths[part])
+    try:
+        host.register_builtin("diffusion_models", DEMO_VACE_NAME, demo_vace_dit_file())
+    except OSError as e:  # a read-only home: everything else still works; say why the entry is missing
+        print(f"WanCore: {DEMO_VACE_NAME} not offered: its file could not be written ({e})")
     return True
 DTYPES = {"auto": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

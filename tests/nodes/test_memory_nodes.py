@@ -55,3 +55,12 @@ def test_host_manages_only_resident_parts(mods):
     assert host._swap_headroom(dit) == 2 * swap.stats.block_bytes > 0
     with host.on_device(dit, torch.device("cpu")) as model:  # outside ComfyUI: a plain move of the resident parts
         assert model is dit
+
+
+def test_the_demo_vace_model_is_listed_and_loads_with_its_branch(mods):
+    """``wancore-demo-vace (built-in)``: the demo DiT + its trained VACE branch, one file in the user's cache."""
+    models, host = mods
+    assert host.list_models("diffusion_models")[:2] == [models.DEMO_NAME, models.DEMO_VACE_NAME]
+    assert models.validate_model(models.DEMO_VACE_NAME) is True
+    (dit,) = models.load_model(models.DEMO_VACE_NAME, weight_dtype="fp32")
+    assert dit.config.vace_layers == (0, 2, 4) and dit.vace_blocks is not None
