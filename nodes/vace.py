@@ -54,8 +54,9 @@ def vace(embeds: dict, vae, width: int = WAN21.width, height: int = WAN21.height
     ref_list = [[refs[0, :, i] for i in range(refs.shape[2])]] if refs is not None else None
     previous = embeds.get("vace")
     with host.on_device(vae) as v, torch.inference_mode():
-        size = None if frames is not None or masks is not None else (length, height, width)
-        ctx = vace_context(v, frames, masks, ref_list, size=size, batch=1, interrupt=host.check_interrupt)
+        given = frames is not None or masks is not None  # then they set the size and batch
+        ctx = vace_context(v, frames, masks, ref_list, size=None if given else (length, height, width),
+                           batch=None if given else 1, interrupt=host.check_interrupt)
     request = previous.add(ctx, strength) if isinstance(previous, VaceRequest) else VaceRequest.of((ctx, strength))
     f, h, w = request.latent_shape
     latent = torch.zeros(batch_size, 16, f, h, w, device=host.intermediate_device())

@@ -589,10 +589,11 @@ class WanPipeline:
         if frames is not None and tuple(frames.shape[2:]) != (cfg.frames, cfg.height, cfg.width):
             raise ValueError(f"VACE frames: {list(frames.shape[2:])} (T, H, W) but the run is {cfg.frames} frames of "
                              f"{cfg.height}x{cfg.width}; resize or cut them to the run's size")
-        size = None if frames is not None else (cfg.frames, cfg.height, cfg.width)
-        return build_request(self.vae, frames, masks, ref_images, scale=scale, ref_scale=ref_scale, size=size,
-                             batch=None if ref_images else len(cfg.prompts), tiling=tiling, progress=progress,
-                             interrupt=interrupt)
+        given = frames is not None or masks is not None  # then they set the size and batch
+        return build_request(self.vae, frames, masks, ref_images, scale=scale, ref_scale=ref_scale,
+                             size=None if given else (cfg.frames, cfg.height, cfg.width),
+                             batch=None if given or ref_images else len(cfg.prompts), tiling=tiling,
+                             progress=progress, interrupt=interrupt)
 
     # ------------------------------------------------------------------ all together
     def __call__(self, cfg: GenerationConfig, callback: StepCallback | None = None,

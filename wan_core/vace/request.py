@@ -140,7 +140,7 @@ def build_request(vae, frames: torch.Tensor | None = None, masks: torch.Tensor |
         ctx = vace_context(vae, frames, masks, ref_images, size=size, batch=batch, tiling=tiling, progress=progress,
                            interrupt=interrupt)
         return VaceRequest(((ctx.context, float(scale)),), ctx.ref_frames)
-    video = frames if frames is not None else None
+    video = frames if frames is not None else masks  # either sets the size
     if video is not None:
         b, _, t, h, w = video.shape
     elif size is not None:
@@ -149,6 +149,7 @@ def build_request(vae, frames: torch.Tensor | None = None, masks: torch.Tensor |
     else:
         raise ValueError("VACE: give frames or size=(frames, height, width)")
     refs = vace_context(vae, None, None, ref_images, size=(t, h, w), batch=b, tiling=tiling, interrupt=interrupt)
-    control = vace_context(vae, frames, masks, None, size=size if frames is None else None, batch=b, tiling=tiling,
-                           progress=progress, interrupt=interrupt)
+    given = frames is not None or masks is not None  # then they set the size and batch
+    control = vace_context(vae, frames, masks, None, size=None if given else size, batch=None if given else b,
+                           tiling=tiling, progress=progress, interrupt=interrupt)
     return VaceRequest.of((refs, ref_scale), (control, scale))
