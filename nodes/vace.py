@@ -43,9 +43,9 @@ def _masks(masks: torch.Tensor | None) -> torch.Tensor | None:
 def vace(embeds: dict, vae, width: int = WAN21.width, height: int = WAN21.height, length: int = WAN21.frames,
          batch_size: int = 1, strength: float = 1.0, control_video: torch.Tensor | None = None,
          control_masks: torch.Tensor | None = None, reference_image: torch.Tensor | None = None):
-    problems = size_problems(width, height, length, batch_size)
-    if problems:
-        raise ValueError("; ".join(problems))
+    problem = validate_vace(width, height, length, batch_size)
+    if problem is not True:
+        raise ValueError(problem)
     if not 0 <= strength < float("inf"):
         raise ValueError(f"strength: expected a finite number >= 0, got {strength}")
     frames, masks, notes = fit_video(_video(control_video, "control_video"), _masks(control_masks), length, height,
@@ -83,7 +83,10 @@ def native_request(conditioning) -> VaceRequest | None:
 
 def validate_vace(width: int | None = WAN21.width, height: int | None = WAN21.height,
                   length: int | None = WAN21.frames, batch_size: int | None = 1) -> bool | str:
-    problems = size_problems(width, height, length, batch_size)
+    # the messages name the input as this node calls it (``length``, as WanVaceToVideo), so ComfyUI and the
+    # canvas mark that input
+    problems = [p.replace("frames=", "length=", 1) if p.startswith("frames=") else p
+                for p in size_problems(width, height, length, batch_size)]
     return "; ".join(problems) if problems else True
 
 
