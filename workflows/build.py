@@ -571,6 +571,23 @@ def i2v_a14b_workflow() -> Workflow:
     ])
 
 
+def _native_head(length: int, model: int, prefix: str) -> list[Node]:
+    """The part every native graph shares: UNETLoader, WanCore's text encoder and VAE, the prompt, the empty latent
+    (``length`` frames), KSampler on the MODEL of node ``model`` and node 14's conditioning, decode and output."""
+    return [
+        Node(1, "UNETLoader", {"unet_name": DIT_1_3B, "weight_dtype": "default"}),
+        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
+        Node(3, "WanCoreVAELoader", {"vae_name": VAE}),
+        _encode(PROMPT),
+        Node(5, "EmptyHunyuanLatentVideo", {"width": 832, "height": 480, "length": length, "batch_size": 1}),
+        Node(6, "KSampler", {"seed": 42, "steps": 30, "cfg": 6.0, "sampler_name": "uni_pc", "scheduler": "simple",
+                             "denoise": 1.0},
+             {"model": (model, 0), "positive": (14, 0), "negative": (14, 1), "latent_image": (5, 0)}),
+        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
+        *_output(7, prefix),
+    ]
+
+
 def native_fast_workflow() -> Workflow:
     """ComfyUI's native Wan graph (UNETLoader, LoRA, ModelSamplingSD3, KSampler) with WanCore's patch nodes
     (docs/native_patches.md) and WanCore's text encoder and VAE decode."""
@@ -583,16 +600,7 @@ def native_fast_workflow() -> Workflow:
                     "feeds it WanCore's umT5 embeddings. Skiparse and the cache approximate the dense model; the "
                     "cache node reports the DiT evaluations it skipped when sampling ends. See "
                     "docs/native_patches.md.\n" + _FILES_NOTE, [
-        Node(1, "UNETLoader", {"unet_name": DIT_1_3B, "weight_dtype": "default"}),
-        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
-        Node(3, "WanCoreVAELoader", {"vae_name": VAE}),
-        _encode(PROMPT),
-        Node(5, "EmptyHunyuanLatentVideo", {"width": 832, "height": 480, "length": 81, "batch_size": 1}),
-        Node(6, "KSampler", {"seed": 42, "steps": 30, "cfg": 6.0, "sampler_name": "uni_pc", "scheduler": "simple",
-                             "denoise": 1.0},
-             {"model": (13, 0), "positive": (14, 0), "negative": (14, 1), "latent_image": (5, 0)}),
-        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
-        *_output(7, "video/WanCore_native_fast"),
+        *_native_head(81, 13, "video/WanCore_native_fast"),
         Node(10, "LoraLoaderModelOnly", {"lora_name": LORA, "strength_model": 1.0}, {"model": (1, 0)}),
         Node(11, "WanCoreNativeAttention", {"backend": "auto", "skiparse": "osp13", "k": 4}, {"model": (10, 0)}),
         Node(12, "WanCoreNativeCache", {"method": "easycache"}, {"model": (11, 0)}),
@@ -614,16 +622,7 @@ def native_long_windows_workflow() -> Workflow:
                     "frequency only where a window is longer than the 81 training frames (raise *context_length* "
                     "past 81 to use it). All three return patched copies of the MODEL. See "
                     "docs/native_patches.md.\n" + _FILES_NOTE, [
-        Node(1, "UNETLoader", {"unet_name": DIT_1_3B, "weight_dtype": "default"}),
-        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
-        Node(3, "WanCoreVAELoader", {"vae_name": VAE}),
-        _encode(PROMPT),
-        Node(5, "EmptyHunyuanLatentVideo", {"width": 832, "height": 480, "length": 161, "batch_size": 1}),
-        Node(6, "KSampler", {"seed": 42, "steps": 30, "cfg": 6.0, "sampler_name": "uni_pc", "scheduler": "simple",
-                             "denoise": 1.0},
-             {"model": (15, 0), "positive": (14, 0), "negative": (14, 1), "latent_image": (5, 0)}),
-        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
-        *_output(7, "video/WanCore_native_long_windows"),
+        *_native_head(161, 15, "video/WanCore_native_long_windows"),
         Node(10, "WanCoreNativeAttention", {"backend": "sage", "skiparse": "osp13", "k": 4}, {"model": (1, 0)}),
         Node(11, "WanCoreNativeCache", {"method": "easycache"}, {"model": (10, 0)}),
         Node(12, "WanCoreNativeRIFLEx", {"k": 0}, {"model": (11, 0)}),
@@ -647,16 +646,7 @@ def native_multi_gpu_workflow() -> Workflow:
                     "LoRA strength re-sends only the weights that LoRA patches. Ulysses must divide the heads (12 "
                     "for 1.3B, 40 for 14B); *ring* covers the rest; *cfg_parallel* puts cond and uncond on "
                     "different GPUs. See docs/parallel.md section 12.\n" + _FILES_NOTE, [
-        Node(1, "UNETLoader", {"unet_name": DIT_1_3B, "weight_dtype": "default"}),
-        Node(2, "WanCoreTextEncoderLoader", {"text_encoder_name": UMT5}),
-        Node(3, "WanCoreVAELoader", {"vae_name": VAE}),
-        _encode(PROMPT),
-        Node(5, "EmptyHunyuanLatentVideo", {"width": 832, "height": 480, "length": 81, "batch_size": 1}),
-        Node(6, "KSampler", {"seed": 42, "steps": 30, "cfg": 6.0, "sampler_name": "uni_pc", "scheduler": "simple",
-                             "denoise": 1.0},
-             {"model": (15, 0), "positive": (14, 0), "negative": (14, 1), "latent_image": (5, 0)}),
-        Node(7, "WanCoreDecode", {"tiling": "auto"}, {"vae": (3, 0), "samples": (6, 0)}),
-        *_output(7, "video/WanCore_native_multi_gpu"),
+        *_native_head(81, 15, "video/WanCore_native_multi_gpu"),
         Node(10, "LoraLoaderModelOnly", {"lora_name": LORA, "strength_model": 1.0}, {"model": (1, 0)}),
         Node(11, "WanCoreNativeAttention", {"backend": "auto", "skiparse": "none", "k": 4}, {"model": (10, 0)}),
         Node(12, "WanCoreNativeCache", {"method": "easycache"}, {"model": (11, 0)}),
