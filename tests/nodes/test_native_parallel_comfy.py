@@ -175,3 +175,42 @@ def test_bad_input_is_one_line(weights, monkeypatch):
     other.model.diffusion_model = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match=r"this MODEL is torch.nn.modules.linear.Linear"):
         native.patch_parallel(other, 2, 2, 1, False)
+
+
+I2V = CFG.replace(in_dim=36, image_dim=1280, name="tiny-native-i2v")
+
+
+class ClipVisionOutput:
+    """What ComfyUI's CLIPVisionEncode outputs, as far as the Wan model reads it."""
+
+    def __init__(self, hidden: torch.Tensor):
+        self.penultimate_hidden_states = hidden
+
+
+@pytest.mark.slow
+def test_i2v_with_clip_tokens_equals_plain_run(cpu_workers):
+    """Wan 2.1 I2V (in_dim 36: noise + mask + image latent; 257 CLIP tokens through img_emb into the image
+    cross-attention, ``context_img_len``), conditioned as WanImageToVideo does, Ulysses 2."""
+    m = native_patcher(random_dit_state(I2V, seed=5))
+    assert m.model.diffusion_model.img_emb is not None
+    g = torch.Generator().manual_seed(8)
+    image = torch.randn(1, 16, 2, 8, 8, generator=g)
+    mask = torch.ones(1, 1, 2, 8, 8)
+    mask[:, :, 0] = 0.0
+    extra = {"concat_latent_image": image, "concat_mask": mask,
+             "clip_vision_output": ClipVisionOutput(torch.randn(1, 257, 1280, generator=g))}
+    _, _, ctx = inputs(grid=(2, 4, 4))
+    latent = torch.zeros(1, 16, 2, 8, 8)
+    noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(0))
+
+    def run(model, cond_extra):
+        pos, neg = [[ctx, dict(cond_extra)]], [[torch.zeros_like(ctx), dict(cond_extra)]]
+        return comfy.sample.sample(model, noise, 3, 5.0, "uni_pc", "simple", pos, neg, latent, denoise=1.0,
+                                   disable_pbar=True, seed=0)
+    ref = run(m, extra)
+    out = run(native.patch_parallel(m, 2, 2, 1, False)[0], extra)
+    err = rel(out, ref)
+    print(f"i2v ulysses 2: rel {err:.2e}")
+    assert err <= 1e-5
+    no_clip = {k: v for k, v in extra.items() if k != "clip_vision_output"}
+    assert rel(run(m, no_clip), ref) > 1e-3  # the CLIP tokens matter
