@@ -214,3 +214,36 @@ def test_i2v_with_clip_tokens_equals_plain_run(cpu_workers):
     assert err <= 1e-5
     no_clip = {k: v for k, v in extra.items() if k != "clip_vision_output"}
     assert rel(run(m, no_clip), ref) > 1e-3  # the CLIP tokens matter
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ulysses, ring, cfg_parallel, layers", [(2, 1, False, (0, 2, 4)), (1, 1, True, (0, 2, 4)),
+                                                                (1, 2, False, tuple(range(6)))])
+def test_vace_with_two_inputs_equals_plain_run(cpu_workers, monkeypatch, ulysses, ring, cfg_parallel, layers):
+    """ComfyUI's VaceWanModel (VACE blocks after main blocks ``layers``; all 6: the last block's hint is added to
+    the gathered output) with two VACE inputs, conditioned as WanVaceToVideo appends them (vace_frames /
+    vace_mask / vace_strength lists, on both conds)."""
+    m = native_patcher(random_dit_state(CFG.replace(vace_layers=layers, vace_in_dim=96, name="tiny-vace"), seed=4))
+    assert type(m.model.diffusion_model).__name__ == "VaceWanModel"
+    g = torch.Generator().manual_seed(9)
+    frames = [torch.randn(1, 32, 2, 8, 8, generator=g) for _ in range(2)]
+    masks = [(torch.rand(1, 64, 2, 8, 8, generator=g) > 0.5).float() for _ in range(2)]
+    _, _, ctx = inputs(grid=(2, 4, 4))
+    latent = torch.zeros(1, 16, 2, 8, 8)
+    noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(0))
+
+    def run(model, strength):
+        extra = {"vace_frames": frames, "vace_mask": masks, "vace_strength": strength}
+        pos, neg = [[ctx, dict(extra)]], [[torch.zeros_like(ctx), dict(extra)]]
+        return comfy.sample.sample(model, noise, 3, 5.0, "uni_pc", "simple", pos, neg, latent, denoise=1.0,
+                                   disable_pbar=True, seed=0)
+    ref = run(m, [0.8, 0.5])
+    split = []
+    real = native.parallel_node.run_vace_block
+    monkeypatch.setattr(native.parallel_node, "run_vace_block", lambda *a: split.append(1) or real(*a))
+    out = run(native.patch_parallel(m, 2, ulysses, ring, cfg_parallel)[0], [0.8, 0.5])
+    err = rel(out, ref)
+    print(f"vace ulysses {ulysses} ring {ring} cfg {cfg_parallel} layers {layers}: rel {err:.2e}")
+    assert err <= 1e-5
+    assert len(split) == 3 * 2 * len(layers)  # every VACE block of every step ran split, for both inputs
+    assert rel(run(m, [0.8, 0.0]), ref) > 1e-3  # the second input's hints matter
