@@ -161,10 +161,10 @@ def run_stack(blocks, x: torch.Tensor, e: torch.Tensor, freqs: torch.Tensor, con
         def fn(x, e, freqs, context, block=block):
             return block(x, e=e, freqs=freqs, context=context, context_img_len=img_len, transformer_options=to)
         x = run_block(i, total, fn, x, e, freqs, context, to, shard)
-        ii = None if vace is None else vace[1].get(i)
-        if ii is None:
+        if vace is None or vace[1].get(i) is None:
             continue
-        vace_blocks, _, c, strength = vace
+        vace_blocks, mapping, c, strength = vace
+        ii = mapping[i]
         for n in range(len(c)):
             def vfn(c, x, e, freqs, context, block=vace_blocks[ii]):
                 return block(c, x=x, e=e, freqs=freqs, context=context, context_img_len=img_len,

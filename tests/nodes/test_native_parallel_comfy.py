@@ -9,6 +9,8 @@ one spawned worker builds ComfyUI's WanModel and takes the patched weights throu
   relative on the latent): Ulysses 2, Ring 2, CFG-parallel; with a LoRA through ComfyUI's own
   ``comfy.sd.load_lora_for_models``; with WanCore Native Cache (easycache reusing steps) and Native Attention
   (int8, osp13) in the chain;
+* Wan 2.1 I2V (concat latent, CLIP tokens) and ComfyUI's VaceWanModel (two VACE inputs; Ulysses 2, CFG-parallel,
+  Ring 2 with the last block hinted) equal the plain run;
 * ComfyUI's context windows (each window's forward split across the ranks) with the cache per window;
 * a changed LoRA strength re-sends only the weights the LoRA patches (counted, and the bytes);
 * a killed worker is a WorkerError naming its device within seconds, and the next run starts a fresh pool;
