@@ -249,3 +249,33 @@ def test_vace_with_two_inputs_equals_plain_run(cpu_workers, monkeypatch, ulysses
     assert err <= 1e-5
     assert len(split) == 3 * 2 * len(layers)  # every VACE block of every step ran split, for both inputs
     assert rel(run(m, [0.8, 0.0]), ref) > 1e-3  # the second input's hints matter
+
+
+@pytest.mark.slow
+def test_vace_with_block_reuse_cache_equals_plain_run(cpu_workers):
+    """VaceWanModel + WanCore Native Cache (MagCache: the block stack's residual reused, ComfyUI still calls the
+    VACE blocks with strength 0, unsplit on rank 0) + the node, Ulysses 2: equal to the plain cached run, same
+    cache report."""
+    from .test_native_comfy import cache_kwargs
+
+    m = native_patcher(random_dit_state(CFG.replace(vace_layers=(0, 2, 4), vace_in_dim=96, name="v"), seed=4))
+    g = torch.Generator().manual_seed(9)
+    extra = {"vace_frames": [torch.randn(1, 32, 2, 8, 8, generator=g)], "vace_mask": [torch.ones(1, 64, 2, 8, 8)],
+             "vace_strength": [0.7]}
+    _, _, ctx = inputs(grid=(2, 4, 4))
+    latent = torch.zeros(1, 16, 2, 8, 8)
+    noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(0))
+    shown: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native.host, "show_text", shown.append)
+        m = native.patch_cache(m, "magcache", **cache_kwargs("magcache", 8))[0]
+
+        def run(model):
+            pos, neg = [[ctx, dict(extra)]], [[torch.zeros_like(ctx), dict(extra)]]
+            return comfy.sample.sample(model, noise, 8, 5.0, "uni_pc", "simple", pos, neg, latent, denoise=1.0,
+                                       disable_pbar=True, seed=0)
+        ref = run(m)
+        ref_report = shown[-1]
+        out = run(native.patch_parallel(m, 2, 2, 1, False)[0])
+    print(f"vace + magcache, ulysses 2: rel {rel(out, ref):.2e}; {shown[-1].splitlines()[0]}")
+    assert rel(out, ref) <= 1e-5 and shown[-1] == ref_report and "reused" in ref_report
