@@ -29,6 +29,7 @@ from .parallel_patch import (
     describe_override,
     grid_of,
     run_block,
+    run_vace_block,
 )
 
 WHAT = "WanCore Native Context Parallel"
@@ -100,8 +101,8 @@ class NativeParallel:
         try:
             return executor(*args, **kwargs)
         finally:
-            for block in hooked:
-                del block.forward
+            for obj, name in hooked:
+                delattr(obj, name)
             if inner is None:
                 to.pop(OVERRIDE, None)
             else:
@@ -109,10 +110,11 @@ class NativeParallel:
 
     def _hook_blocks(self, model, pool: WorkerPool, to: dict, run: dict) -> list:
         """Each block's forward runs :func:`run_block` on this rank's share for this forward; block 0 first
-        tells the workers to mirror the stack (only a stack that really runs: a cache may skip it)."""
+        tells the workers to mirror the stack (only a stack that really runs: a cache may skip it). Returns the
+        ``(object, attribute)`` pairs hooked."""
         total = len(model.blocks)
-        state: dict[str, TokenShard] = {}
-        hooked = []
+        state: dict[str, Any] = {}
+        hooked = self._hook_vace(model, state, to, total) if hasattr(model, "vace_blocks") else []
         for i, block in enumerate(model.blocks):
             original = block.forward
 
@@ -121,7 +123,8 @@ class NativeParallel:
                 opts = to if transformer_options is None else transformer_options
                 if i == 0:
                     state["shard"] = TokenShard.of(pool.groups, x.shape[0], x.shape[1])
-                    self._publish(pool, x, e, freqs, context, context_img_len, run)
+                    self._publish(pool, [x, e, freqs, context, *state.get("vace", ())], context_img_len,
+                                  dict(run, vace_strength=state.get("strength")))
 
                 def fn(x, e, freqs, context):
                     return original(x, e=e, freqs=freqs, context=context, context_img_len=context_img_len,
@@ -129,23 +132,63 @@ class NativeParallel:
                 return pool.guard(lambda: run_block(i, total, fn, x, e, freqs, context, opts, state["shard"]))
 
             block.forward = forward
-            hooked.append(block)
+            hooked.append((block, "forward"))
         return hooked
 
     @staticmethod
-    def _publish(pool: WorkerPool, x, e, freqs, context, img_len, run: dict) -> None:
+    def _hook_vace(model, state: dict, to: dict, total: int) -> list:
+        """ComfyUI's ``VaceWanModel``: its ``forward_orig`` tells the VACE strengths, its VACE patch embedding the
+        VACE tokens (sent with the stack's inputs, all inputs along the batch); each VACE block runs
+        :func:`run_vace_block` on this rank's share, or as is when the stack is not split (a cache reused it)."""
+        main_of = {ii: i for i, ii in model.vace_layers_mapping.items()}
+        forward_orig, embed = model.forward_orig, model.vace_patch_embedding.forward
+
+        def hook_forward_orig(*args, **kwargs):
+            state["strength"] = [float(s) for s in kwargs["vace_strength"]]
+            state["dtype"] = kwargs["vace_context"].dtype
+            return forward_orig(*args, **kwargs)
+
+        def hook_embed(v):
+            out = embed(v)  # as ComfyUI's forward_orig turns it into tokens:
+            state["vace"] = [out.to(state["dtype"]).flatten(2).transpose(1, 2)]
+            return out
+
+        hooked = [(model, "forward_orig"), (model.vace_patch_embedding, "forward")]
+        model.forward_orig, model.vace_patch_embedding.forward = hook_forward_orig, hook_embed
+        for ii, block in enumerate(model.vace_blocks):
+            original = block.forward
+
+            def forward(c, x, e, freqs, context, context_img_len=257, transformer_options=None, ii=ii,
+                        original=original):
+                opts = to if transformer_options is None else transformer_options
+
+                def fn(c, x, e, freqs, context):
+                    return original(c, x, e=e, freqs=freqs, context=context, context_img_len=context_img_len,
+                                    transformer_options=opts)
+                if "shard" not in state:
+                    return fn(c, x, e, freqs, context)
+                return run_vace_block(fn, c, x, e, freqs, context, opts, state["shard"], ii == 0,
+                                      main_of[ii] == total - 1)
+
+            block.forward = forward
+            hooked.append((block, "forward"))
+        return hooked
+
+    @staticmethod
+    def _publish(pool: WorkerPool, tensors: list, img_len, run: dict) -> None:
         import torch.distributed as dist
 
-        tensors = [x, e, freqs, context]
         pool.send({"op": "run_blocks", "meta": [_meta(t) for t in tensors], "img_len": img_len, **run})
         pool.guard(lambda: [dist.broadcast(_wire(t), 0, group=pool.world_group) for t in tensors])
 
 
 def native_model_of(model) -> Any:
-    """The native WanModel inside a MODEL; VACE, camera, S2V and HuMo variants (other block loops) refused."""
+    """The native WanModel (or VaceWanModel) inside a MODEL; camera, S2V and HuMo variants (other block loops)
+    refused."""
     dm = host.native_wan_model(model, WHAT)
-    if type(dm).__name__ != "WanModel":
-        raise ValueError(f"{WHAT}: runs ComfyUI's WanModel (Wan 2.1/2.2 T2V, I2V, TI2V); this MODEL is "
+    if type(dm).__name__ not in ("WanModel", "VaceWanModel"):
+        raise ValueError(f"{WHAT}: runs ComfyUI's WanModel (Wan 2.1/2.2 T2V, I2V, TI2V) and VaceWanModel; this "
+                         f"MODEL is "
                          f"{type(dm).__module__}.{type(dm).__name__}")
     return dm
 

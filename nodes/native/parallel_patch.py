@@ -64,6 +64,14 @@ class ContextParallelAttention:
         return out.transpose(1, 2).reshape(b, lc, -1)
 
 
+def _modulation(e: torch.Tensor, shard: TokenShard) -> torch.Tensor:
+    """This rank's rows of the modulation ``[B, 1 or L, 6, D]`` (and tokens when per token: Wan 2.2 TI2V)."""
+    e = shard.rows(e)
+    if e.dim() == 4 and e.shape[1] == shard.length and shard.length > 1:
+        e = shard.tokens(e)
+    return e
+
+
 def run_block(index: int, total: int, block: Callable, x: torch.Tensor, e: torch.Tensor, freqs: torch.Tensor,
               context: torch.Tensor, to: dict, shard: TokenShard) -> torch.Tensor:
     """Block ``index`` of ``total`` on this rank's share: ``block(x, e, freqs, context)`` is ComfyUI's block.
@@ -76,14 +84,32 @@ def run_block(index: int, total: int, block: Callable, x: torch.Tensor, e: torch
     to[SHARD_KEY] = shard
     if index == 0:
         x = shard.tokens(shard.rows(x))
-    e = shard.rows(e)
-    if e.dim() == 4 and e.shape[1] == shard.length and shard.length > 1:  # per-token modulation (Wan 2.2)
-        e = shard.tokens(e)
     try:
-        out = block(x, e, shard.tokens(freqs), shard.rows(context))
+        out = block(x, _modulation(e, shard), shard.tokens(freqs), shard.rows(context))
     finally:
         to.pop(SHARD_KEY, None)
     return shard.gather(out) if index == total - 1 else out
+
+
+def run_vace_block(block: Callable, c: torch.Tensor, x_orig: torch.Tensor, e: torch.Tensor, freqs: torch.Tensor,
+                   context: torch.Tensor, to: dict, shard: TokenShard, first: bool,
+                   last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A VACE block of ComfyUI's ``VaceWanModel`` on this rank's share: ``block(c, x, e, freqs, context)``
+    returns ``(hint, c)``. The VACE tokens ``c`` (``[B, L, D]``, the grid of ``x``) are cut exactly like the
+    hidden states (at the ``first`` VACE block; a share after), as is the stack's input ``x_orig`` (full), with
+    the same RoPE rows. The hint stays this rank's share, except after the ``last`` main block, whose output is
+    gathered already: then it is gathered too. The block's attention calls count apart from its main block's
+    (WanCore Native Attention sees them as ComfyUI's loop makes them: after the main block's)."""
+    to[CP_CALLS_KEY] = 0
+    to[SHARD_KEY] = shard
+    if first:
+        c = shard.tokens(shard.rows(c))
+    try:
+        hint, c = block(c, shard.tokens(shard.rows(x_orig)), _modulation(e, shard), shard.tokens(freqs),
+                        shard.rows(context))
+    finally:
+        to.pop(SHARD_KEY, None)
+    return (shard.gather(hint) if last else hint), c
 
 
 def describe_override(override: Any) -> tuple | None:
@@ -125,11 +151,24 @@ def grid_of(x: torch.Tensor, patch: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def run_stack(blocks, x: torch.Tensor, e: torch.Tensor, freqs: torch.Tensor, context: torch.Tensor,
-              img_len: int | None, to: dict, shard: TokenShard) -> torch.Tensor:
-    """A worker's mirror of rank 0's block loop: every block of ``blocks`` through :func:`run_block`."""
+              img_len: int | None, to: dict, shard: TokenShard, vace: tuple | None = None) -> torch.Tensor:
+    """A worker's mirror of rank 0's block loop: every block of ``blocks`` through :func:`run_block`; ``vace``:
+    ``(vace_blocks, {main block: VACE block}, VACE tokens per input, strength per input)`` of a ``VaceWanModel``,
+    whose hints are added after their main blocks as ComfyUI's loop adds them."""
     total = len(blocks)
+    x_orig = x
     for i, block in enumerate(blocks):
         def fn(x, e, freqs, context, block=block):
             return block(x, e=e, freqs=freqs, context=context, context_img_len=img_len, transformer_options=to)
         x = run_block(i, total, fn, x, e, freqs, context, to, shard)
+        if vace is None or vace[1].get(i) is None:
+            continue
+        vace_blocks, mapping, c, strength = vace
+        ii = mapping[i]
+        for n in range(len(c)):
+            def vfn(c, x, e, freqs, context, block=vace_blocks[ii]):
+                return block(c, x=x, e=e, freqs=freqs, context=context, context_img_len=img_len,
+                             transformer_options=to)
+            hint, c[n] = run_vace_block(vfn, c[n], x_orig, e, freqs, context, to, shard, ii == 0, i == total - 1)
+            x = x + hint * strength[n]
     return x

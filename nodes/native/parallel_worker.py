@@ -62,11 +62,15 @@ def serve_native(spec: LoadSpec, device: str, groups, world_group):
             return {"bytes": sum(t.numel() * t.element_size() for t in cmd["tensors"].values()), "memory": used}
         if cmd["op"] != "run_blocks":
             raise ValueError(f"unknown worker message {cmd['op']!r}")
-        x, e, freqs, context = receive(cmd["meta"], device, world_group)
+        x, e, freqs, context, *c_all = receive(cmd["meta"], device, world_group)
         to = {OVERRIDE: ContextParallelAttention(build_override(cmd["attn"]), groups), "grid_sizes": cmd["grid"]}
         shard = TokenShard.of(groups, x.shape[0], x.shape[1])
+        vace = None
+        if cmd.get("vace_strength") is not None:  # VaceWanModel: its VACE tokens, all inputs along the batch
+            vace = (model.vace_blocks, model.vace_layers_mapping, list(c_all[0].split(x.shape[0])),
+                    cmd["vace_strength"])
         with torch.inference_mode():
-            run_stack(model.blocks, x, e, freqs, context, cmd["img_len"], to, shard)
+            run_stack(model.blocks, x, e, freqs, context, cmd["img_len"], to, shard, vace)
         return None
 
     return handle

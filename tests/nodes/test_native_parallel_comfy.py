@@ -9,6 +9,8 @@ one spawned worker builds ComfyUI's WanModel and takes the patched weights throu
   relative on the latent): Ulysses 2, Ring 2, CFG-parallel; with a LoRA through ComfyUI's own
   ``comfy.sd.load_lora_for_models``; with WanCore Native Cache (easycache reusing steps) and Native Attention
   (int8, osp13) in the chain;
+* Wan 2.1 I2V (concat latent, CLIP tokens) and ComfyUI's VaceWanModel (two VACE inputs; Ulysses 2, CFG-parallel,
+  Ring 2 with the last block hinted) equal the plain run;
 * ComfyUI's context windows (each window's forward split across the ranks) with the cache per window;
 * a changed LoRA strength re-sends only the weights the LoRA patches (counted, and the bytes);
 * a killed worker is a WorkerError naming its device within seconds, and the next run starts a fresh pool;
@@ -175,3 +177,105 @@ def test_bad_input_is_one_line(weights, monkeypatch):
     other.model.diffusion_model = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match=r"this MODEL is torch.nn.modules.linear.Linear"):
         native.patch_parallel(other, 2, 2, 1, False)
+
+
+I2V = CFG.replace(in_dim=36, image_dim=1280, name="tiny-native-i2v")
+
+
+class ClipVisionOutput:
+    """What ComfyUI's CLIPVisionEncode outputs, as far as the Wan model reads it."""
+
+    def __init__(self, hidden: torch.Tensor):
+        self.penultimate_hidden_states = hidden
+
+
+@pytest.mark.slow
+def test_i2v_with_clip_tokens_equals_plain_run(cpu_workers):
+    """Wan 2.1 I2V (in_dim 36: noise + mask + image latent; 257 CLIP tokens through img_emb into the image
+    cross-attention, ``context_img_len``), conditioned as WanImageToVideo does, Ulysses 2."""
+    m = native_patcher(random_dit_state(I2V, seed=5))
+    assert m.model.diffusion_model.img_emb is not None
+    g = torch.Generator().manual_seed(8)
+    image = torch.randn(1, 16, 2, 8, 8, generator=g)
+    mask = torch.ones(1, 1, 2, 8, 8)
+    mask[:, :, 0] = 0.0
+    extra = {"concat_latent_image": image, "concat_mask": mask,
+             "clip_vision_output": ClipVisionOutput(torch.randn(1, 257, 1280, generator=g))}
+    _, _, ctx = inputs(grid=(2, 4, 4))
+    latent = torch.zeros(1, 16, 2, 8, 8)
+    noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(0))
+
+    def run(model, cond_extra):
+        pos, neg = [[ctx, dict(cond_extra)]], [[torch.zeros_like(ctx), dict(cond_extra)]]
+        return comfy.sample.sample(model, noise, 3, 5.0, "uni_pc", "simple", pos, neg, latent, denoise=1.0,
+                                   disable_pbar=True, seed=0)
+    ref = run(m, extra)
+    out = run(native.patch_parallel(m, 2, 2, 1, False)[0], extra)
+    err = rel(out, ref)
+    print(f"i2v ulysses 2: rel {err:.2e}")
+    assert err <= 1e-5
+    no_clip = {k: v for k, v in extra.items() if k != "clip_vision_output"}
+    assert rel(run(m, no_clip), ref) > 1e-3  # the CLIP tokens matter
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ulysses, ring, cfg_parallel, layers", [(2, 1, False, (0, 2, 4)), (1, 1, True, (0, 2, 4)),
+                                                                (1, 2, False, tuple(range(6)))])
+def test_vace_with_two_inputs_equals_plain_run(cpu_workers, monkeypatch, ulysses, ring, cfg_parallel, layers):
+    """ComfyUI's VaceWanModel (VACE blocks after main blocks ``layers``; all 6: the last block's hint is added to
+    the gathered output) with two VACE inputs, conditioned as WanVaceToVideo appends them (vace_frames /
+    vace_mask / vace_strength lists, on both conds)."""
+    m = native_patcher(random_dit_state(CFG.replace(vace_layers=layers, vace_in_dim=96, name="tiny-vace"), seed=4))
+    assert type(m.model.diffusion_model).__name__ == "VaceWanModel"
+    g = torch.Generator().manual_seed(9)
+    frames = [torch.randn(1, 32, 2, 8, 8, generator=g) for _ in range(2)]
+    masks = [(torch.rand(1, 64, 2, 8, 8, generator=g) > 0.5).float() for _ in range(2)]
+    _, _, ctx = inputs(grid=(2, 4, 4))
+    latent = torch.zeros(1, 16, 2, 8, 8)
+    noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(0))
+
+    def run(model, strength):
+        extra = {"vace_frames": frames, "vace_mask": masks, "vace_strength": strength}
+        pos, neg = [[ctx, dict(extra)]], [[torch.zeros_like(ctx), dict(extra)]]
+        return comfy.sample.sample(model, noise, 3, 5.0, "uni_pc", "simple", pos, neg, latent, denoise=1.0,
+                                   disable_pbar=True, seed=0)
+    ref = run(m, [0.8, 0.5])
+    split = []
+    real = native.parallel_node.run_vace_block
+    monkeypatch.setattr(native.parallel_node, "run_vace_block", lambda *a: split.append(1) or real(*a))
+    out = run(native.patch_parallel(m, 2, ulysses, ring, cfg_parallel)[0], [0.8, 0.5])
+    err = rel(out, ref)
+    print(f"vace ulysses {ulysses} ring {ring} cfg {cfg_parallel} layers {layers}: rel {err:.2e}")
+    assert err <= 1e-5
+    assert len(split) == 3 * 2 * len(layers)  # every VACE block of every step ran split, for both inputs
+    assert rel(run(m, [0.8, 0.0]), ref) > 1e-3  # the second input's hints matter
+
+
+@pytest.mark.slow
+def test_vace_with_block_reuse_cache_equals_plain_run(cpu_workers):
+    """VaceWanModel + WanCore Native Cache (MagCache: the block stack's residual reused, ComfyUI still calls the
+    VACE blocks with strength 0, unsplit on rank 0) + the node, Ulysses 2: equal to the plain cached run, same
+    cache report."""
+    from .test_native_comfy import cache_kwargs
+
+    m = native_patcher(random_dit_state(CFG.replace(vace_layers=(0, 2, 4), vace_in_dim=96, name="v"), seed=4))
+    g = torch.Generator().manual_seed(9)
+    extra = {"vace_frames": [torch.randn(1, 32, 2, 8, 8, generator=g)], "vace_mask": [torch.ones(1, 64, 2, 8, 8)],
+             "vace_strength": [0.7]}
+    _, _, ctx = inputs(grid=(2, 4, 4))
+    latent = torch.zeros(1, 16, 2, 8, 8)
+    noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(0))
+    shown: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native.host, "show_text", shown.append)
+        m = native.patch_cache(m, "magcache", **cache_kwargs("magcache", 8))[0]
+
+        def run(model):
+            pos, neg = [[ctx, dict(extra)]], [[torch.zeros_like(ctx), dict(extra)]]
+            return comfy.sample.sample(model, noise, 8, 5.0, "uni_pc", "simple", pos, neg, latent, denoise=1.0,
+                                       disable_pbar=True, seed=0)
+        ref = run(m)
+        ref_report = shown[-1]
+        out = run(native.patch_parallel(m, 2, 2, 1, False)[0])
+    print(f"vace + magcache, ulysses 2: rel {rel(out, ref):.2e}; {shown[-1].splitlines()[0]}")
+    assert rel(out, ref) <= 1e-5 and shown[-1] == ref_report and "reused" in ref_report
