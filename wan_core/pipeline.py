@@ -404,8 +404,7 @@ class WanPipeline:
         ``cache``: diffusion cache (``wan_core.cache``): None = "exact" (text K/V once per prompt, same output),
         a preset name ("off", "wan", "teacache", "magcache", "easycache") or a ``CacheConfig``; afterwards
         ``self.cache_report`` says what it computed and skipped.
-        ``image``: the conditioning of an image-to-video model (``wan_core.i2v.image_condition``), required by
-        those models and refused by the others.
+        ``image``: an image-to-video model's conditioning (``wan_core.i2v.image_condition``); others refuse it.
         ``first_frame``: Wan 2.2 TI2V-5B image-to-video, the start image's raw latent ``[1 or B, 48, 1, h, w]``
         (``vae.encode`` of one frame): it replaces latent frame 0 at timestep 0 (docs/wan22.md section 2); a latent
         of K frames holds the first K so (a clip extension's clean head, any Wan DiT; not with context windows).
@@ -423,13 +422,7 @@ class WanPipeline:
         # one cache session per expert (docs/wan22.md section 4); cache errors before any work
         sessions = {name: start_session(cache, expert, schedule.num_steps, _guidance_of(self.dit, name, cfg.guidance))
                     for name, expert in experts(self.dit)}
-        channels, tf, sf = latent_geometry(self.dit, self.vae)
-        head = vace.ref_frames if vace is not None else 0
-        shape = (len(cond), channels, head + (cfg.frames - 1) // tf + 1, cfg.height // sf, cfg.width // sf)
-        check_image_model(self.dit, image, shape, source_name(self.dit, "the diffusion model"))
-        _check_vace(self.dit, vace, shape, known is not None or first_frame is not None)
-        if head and cfg.context is not None:  # windows slide over the video; the references head each one
-            cfg = cfg.replace(context=dataclasses.replace(cfg.context, head=head))
+        shape, head, cfg = self._latent_plan(len(cond), cfg, image, vace, known is not None or first_frame is not None)
         device = self.dit.device if self.dit is not None else torch.device("cpu")
         x, z0 = _start_latents(cfg, schedule, shape, device, latent, first_frame, self.dit, self.vae)
         windowed = cfg.context is not None and not cfg.context.covers(shape[2])
@@ -450,6 +443,19 @@ class WanPipeline:
         self.cache_report = self._cache_report(reports, sessions)
         self.moe_steps = list(expert_guide.steps) if is_moe(self.dit) else None  # expert per step ("high"/"low")
         return latent_format.from_model(x[:, :, head:])
+
+    def _latent_plan(self, batch: int, cfg: GenerationConfig, image: ImageCondition | None, vace: VaceRequest | None,
+                     extending: bool) -> tuple[tuple[int, int, int, int, int], int, GenerationConfig]:
+        """The sampled latent's shape (a VACE request's reference frames in front), their count, and ``cfg`` with
+        context windows that keep those frames at the head of every window; the image / VACE inputs checked."""
+        channels, tf, sf = latent_geometry(self.dit, self.vae)
+        head = vace.ref_frames if vace is not None else 0
+        shape = (batch, channels, head + (cfg.frames - 1) // tf + 1, cfg.height // sf, cfg.width // sf)
+        check_image_model(self.dit, image, shape, source_name(self.dit, "the diffusion model"))
+        _check_vace(self.dit, vace, shape, extending)
+        if head and cfg.context is not None:  # windows slide over the video; the references head each one
+            cfg = cfg.replace(context=dataclasses.replace(cfg.context, head=head))
+        return shape, head, cfg
 
     def _check_embeddings(self, cond, uncond, travel) -> None:
         """The models fit each other and every embedding fits the DiT (one line naming the embedding otherwise)."""
