@@ -18,6 +18,8 @@ import { contextSplit, estimate, expectedEvaluations, formatBytes, formatFlops, 
 // by itself (EmptyHunyuanLatentVideo is Hunyuan's too: drawn only when it feeds a Wan sampler).
 export const LATENT_NODES = {
   WanCoreEmptyLatent: { wan: true }, WanCoreImageToVideo: { wan: true }, WanCoreExtendVideo: { wan: true },
+  // WanCore VACE: the video's length; a reference image adds one latent frame more than is counted
+  WanCoreVace: { wan: true },
   WanCoreEmptyLatent22: { wan: true, model: "5B" }, WanCoreImageToVideoLatent22: { wan: true, model: "5B" },
   EmptyHunyuanLatentVideo: { wan: false },
   WanImageToVideo: { wan: true }, WanFirstLastFrameToVideo: { wan: true }, WanVaceToVideo: { wan: true },

@@ -233,6 +233,27 @@ def test_our_image_to_video_wan22_and_extension_nodes(run_graph):
     assert out["text"][4] == "" and out["text"][1] == ""
 
 
+def test_chained_vace_nodes_draw_the_video_they_make(run_graph):
+    """WanCore VACE (width, height, length) as the sampler's latent, the last of two chained VACE nodes; the first
+    one feeds no sampler and checks its own length."""
+    loader = {"model_name": "wan2.1_vace_1.3B_fp16.safetensors", "weight_dtype": "auto", "skiparse": "none"}
+    vace = {"width": 832, "height": 480, "length": 81, "batch_size": 1, "strength": 1.0}
+    spec = {"nodes": [
+        our(1, "WanCoreModelLoader", loader, [], ["WANCORE_MODEL"]),
+        our(2, "WanCoreVace", {**vace, "length": 80}, ["embeds", "vae", "control_video"],
+            ["WANCORE_EMBEDS", "LATENT", "INT"]),
+        our(3, "WanCoreVace", vace, ["embeds", "vae", "reference_image"], ["WANCORE_EMBEDS", "LATENT", "INT"]),
+        our(4, "WanCoreSampler", {"steps": 50, "guidance": 5.0}, ["model", "embeds", "latent"], ["LATENT"]),
+    ], "links": [[1, 0, 4, "model"], [2, 0, 3, "embeds"], [3, 1, 4, "latent"]], "dit_info": {}}
+    out = run_graph(spec)
+    e = E.estimate(width=832, height=480, frames=81, model="1.3B", dtype="fp16", steps=50)
+    for nid in (3, 4):
+        for line in estimate_lines(e, 50):
+            assert line in out["text"][nid]
+    bad = E.estimate(width=832, height=480, frames=80)
+    assert [t["t"] for t in out["drawn"]["2"] if "⚠" in t["t"]] == ["⚠ " + p for p in bad["problems"]]
+
+
 # ---------------------------------------------------------------- the numbers behind the lines
 
 @pytest.mark.parametrize("frames", [1, 5, 33, 81, 121, 161, 201, 321])
