@@ -1,11 +1,15 @@
-"""Produce WF-VAE parity fixtures with the official Open-Sora Plan WFVAEModel (run from /work/osp_ref)."""
+"""Produce WF-VAE parity fixtures with the official Open-Sora Plan WFVAEModel.
+
+    OSP_ROOT=<Open-Sora-Plan checkout, outside this repository> python make_fixtures.py OUT.safetensors
+"""
 import json
+import os
 import sys
 
 import torch
 from safetensors.torch import save_file
 
-sys.path.insert(0, "/work/osp_ref")
+sys.path.insert(0, os.environ.get("OSP_ROOT", "."))  # the official code is never part of this repository
 from opensora.models.causalvideovae.model.vae.modeling_wfvae import WFVAEModel  # noqa: E402
 
 H, W = 8, 16
